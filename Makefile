@@ -1,0 +1,67 @@
+# teamster: build, test and run a local fleet.
+#
+#   make demo   a whole local fleet (embedded NATS, redis-server, router,
+#               workers) playing a scenario end to end
+#   make test   the full test suite (real redis-server, embedded NATS)
+#
+# Both install what they need first (make deps).
+
+GO        ?= go
+BIN       ?= bin
+# Packages whose tests run under the race detector: everything with goroutines.
+RACE_PKGS ?= ./...
+GOTESTFLAGS ?=
+
+.PHONY: all deps build test test-short lint fmt vet demo bench fuzz clean
+
+all: build
+
+## deps: install redis-server (apt-get, when missing) and download Go modules.
+deps:
+	@if ! command -v redis-server >/dev/null 2>&1; then \
+		echo "deps: redis-server not found; installing it with apt-get"; \
+		if [ "$$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi; \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends redis-server >/dev/null; \
+	fi
+	@redis-server --version
+	@$(GO) mod download
+
+## build: build the binaries into ./bin.
+build:
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+## lint: gofmt and go vet must be clean.
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+## test: the full suite, under the race detector, against a real redis-server
+## and an embedded NATS server (both started by the tests).
+test: deps lint
+	$(GO) test -race -count=1 -timeout 15m $(GOTESTFLAGS) $(RACE_PKGS)
+
+## demo: run a whole local fleet and play a scenario.
+demo: deps
+	@echo "demo: 'teamster dev --demo' arrives with the end-to-end issue: it will start"
+	@echo "      embedded NATS, a redis-server, a router and two workers, play several"
+	@echo "      sessions (ok, failing, timed out, cancelled) and print each attempt."
+
+## bench: benchmarks of the hot functions, with allocation counts.
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+## fuzz: run every fuzz target for FUZZTIME each (default 30s).
+FUZZTIME ?= 30s
+fuzz:
+	@for pkg in $$($(GO) list ./...); do \
+		for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+			echo "fuzz $$pkg $$f"; \
+			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+		done; \
+	done
+
+clean:
+	rm -rf $(BIN)

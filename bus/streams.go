@@ -1,0 +1,247 @@
+package bus
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Stream and bucket settings of the contract.
+const (
+	// DuplicateWindow is how long JetStream remembers a Nats-Msg-Id: a
+	// resubmitted attempt id within it is stored once.
+	DuplicateWindow = 2 * time.Minute
+	// ResultsMaxAge is how long a durable result stays readable.
+	ResultsMaxAge = 24 * time.Hour
+	// WorkersTTL is how long a registry entry lives without a heartbeat.
+	WorkersTTL = 10 * time.Second
+	// HeartbeatInterval is how often a worker refreshes its registry entry.
+	HeartbeatInterval = 2 * time.Second
+	// ConsumerAckWait is how long a fetched attempt may stay unacknowledged
+	// before JetStream delivers it again. A worker acknowledges (or naks) right
+	// after its claim script, so this only matters when a worker dies between
+	// fetch and claim.
+	ConsumerAckWait = 30 * time.Second
+)
+
+// StreamOptions tunes the streams for a deployment.
+type StreamOptions struct {
+	// Replicas of each stream and the bucket; default 1.
+	Replicas int
+}
+
+// AttemptsStreamConfig is TEAMSTER_ATTEMPTS: a work queue on file storage.
+func AttemptsStreamConfig(o StreamOptions) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        StreamAttempts,
+		Description: "teamster: prepared attempts, one subject per harness id",
+		Subjects:    []string{SubjectAttempts},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Duplicates:  DuplicateWindow,
+		MaxMsgSize:  MaxBody * 2,
+		Replicas:    replicas(o),
+	}
+}
+
+// ResultsStreamConfig is TEAMSTER_RESULTS: one result per subject, the first one
+// stays, kept for 24 hours.
+func ResultsStreamConfig(o StreamOptions) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:                 StreamResults,
+		Description:          "teamster: terminal results, one per attempt",
+		Subjects:             []string{SubjectResults},
+		Retention:            jetstream.LimitsPolicy,
+		Storage:              jetstream.FileStorage,
+		MaxMsgsPerSubject:    1,
+		Discard:              jetstream.DiscardNew,
+		DiscardNewPerSubject: true,
+		MaxAge:               ResultsMaxAge,
+		Duplicates:           DuplicateWindow,
+		MaxMsgSize:           MaxBody * 2,
+		Replicas:             replicas(o),
+	}
+}
+
+// WorkersBucketConfig is KV TEAMSTER_WORKERS: the registry, whose entries expire
+// WorkersTTL after their last heartbeat.
+func WorkersBucketConfig(o StreamOptions) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      BucketWorkers,
+		Description: "teamster: worker registry (manifest, state, slots)",
+		TTL:         WorkersTTL,
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas(o),
+	}
+}
+
+func replicas(o StreamOptions) int {
+	if o.Replicas < 1 {
+		return 1
+	}
+	return o.Replicas
+}
+
+// Setup creates or updates TEAMSTER_ATTEMPTS, TEAMSTER_RESULTS and
+// TEAMSTER_WORKERS. It is idempotent: running it again, from any number of
+// processes, leaves one of each with the contract's configuration.
+func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions) (jetstream.KeyValue, error) {
+	for _, cfg := range []jetstream.StreamConfig{AttemptsStreamConfig(o), ResultsStreamConfig(o)} {
+		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+			return nil, fmt.Errorf("set up stream %s: %w", cfg.Name, err)
+		}
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, WorkersBucketConfig(o))
+	if err != nil {
+		return nil, fmt.Errorf("set up bucket %s: %w", BucketWorkers, err)
+	}
+	return kv, nil
+}
+
+// HarnessConsumerConfig is the durable pull consumer harness_<harnessId>, shared
+// by every worker hosting harnessID. MaxDeliver is unlimited: only
+// queue_timeout ends an unclaimed attempt.
+func HarnessConsumerConfig(harnessID string) (jetstream.ConsumerConfig, error) {
+	subj, err := AttemptSubject(harnessID)
+	if err != nil {
+		return jetstream.ConsumerConfig{}, err
+	}
+	return jetstream.ConsumerConfig{
+		Durable:       ConsumerName(harnessID),
+		Description:   "teamster: attempts for harness " + harnessID,
+		FilterSubject: subj,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       ConsumerAckWait,
+		MaxDeliver:    -1,
+		MaxAckPending: 65536,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	}, nil
+}
+
+// EnsureHarnessConsumer creates or updates harness_<harnessId> on
+// TEAMSTER_ATTEMPTS.
+func EnsureHarnessConsumer(ctx context.Context, js jetstream.JetStream, harnessID string) (jetstream.Consumer, error) {
+	cfg, err := HarnessConsumerConfig(harnessID)
+	if err != nil {
+		return nil, err
+	}
+	c, err := js.CreateOrUpdateConsumer(ctx, StreamAttempts, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("set up consumer %s: %w", cfg.Durable, err)
+	}
+	return c, nil
+}
+
+// PublishAttempt publishes an attempt to teamster.attempt.<harnessId> with
+// Nats-Msg-Id set to its id, so a resubmit within the duplicate window is
+// stored once. headers may carry extra headers (for example the delegate's
+// identity) and may be nil. It reports whether JetStream saw a duplicate.
+func PublishAttempt(ctx context.Context, js jetstream.JetStream, harnessID string, a *Attempt, headers nats.Header) (duplicate bool, err error) {
+	subj, err := AttemptSubject(harnessID)
+	if err != nil {
+		return false, err
+	}
+	if err := CheckID("attemptId", a.AttemptID); err != nil {
+		return false, err
+	}
+	body, err := Encode(a)
+	if err != nil {
+		return false, err
+	}
+	msg := &nats.Msg{Subject: subj, Data: body, Header: nats.Header{}}
+	for k, v := range headers {
+		msg.Header[k] = v
+	}
+	msg.Header.Set(HeaderMsgID, a.AttemptID)
+	ack, err := js.PublishMsg(ctx, msg, jetstream.WithExpectStream(StreamAttempts))
+	if err != nil {
+		return false, err
+	}
+	return ack.Duplicate, nil
+}
+
+// ErrResultExists says an attempt already has a different durable result: the
+// stream keeps the first one and refuses every other.
+var ErrResultExists = errors.New("attempt already has a different durable result")
+
+// PublishResult stores r durably on teamster.result.<attemptId>; see
+// PublishResultBody.
+func PublishResult(ctx context.Context, js jetstream.JetStream, r *Result) error {
+	body, err := Encode(r)
+	if err != nil {
+		return err
+	}
+	return PublishResultBody(ctx, js, r.AttemptID, body)
+}
+
+// PublishResultBody stores an encoded result durably on
+// teamster.result.<attemptId>. It returns nil when body is the attempt's
+// durable result: stored by this call, or stored before with the same bytes (a
+// retry after a lost acknowledgement, or the reaper republishing an outcome
+// whose writer died before marking it published). It returns ErrResultExists
+// when another result was stored first: the caller must then not send its own
+// result to the submitter, because the first one is the result.
+func PublishResultBody(ctx context.Context, js jetstream.JetStream, attemptID string, body []byte) error {
+	subj, err := ResultSubject(attemptID)
+	if err != nil {
+		return err
+	}
+	msg := &nats.Msg{Subject: subj, Data: body, Header: nats.Header{}}
+	msg.Header.Set(HeaderMsgID, ResultMsgID(attemptID))
+	ack, err := js.PublishMsg(ctx, msg, jetstream.WithExpectStream(StreamResults))
+	switch {
+	case err == nil && !ack.Duplicate:
+		return nil
+	case err != nil && !isPerSubjectLimit(err):
+		return err
+	}
+	stored, err := getResultMsg(ctx, js, subj)
+	if err != nil {
+		return fmt.Errorf("read back the stored result of %s: %w", attemptID, err)
+	}
+	if bytes.Equal(stored.Data, body) {
+		return nil
+	}
+	return ErrResultExists
+}
+
+func isPerSubjectLimit(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return strings.Contains(apiErr.Description, "per subject")
+	}
+	return strings.Contains(err.Error(), "maximum messages per subject exceeded")
+}
+
+// GetResult reads an attempt's durable result. It returns
+// jetstream.ErrMsgNotFound when there is none (yet, or any more).
+func GetResult(ctx context.Context, js jetstream.JetStream, attemptID string) (*Result, error) {
+	subj, err := ResultSubject(attemptID)
+	if err != nil {
+		return nil, err
+	}
+	m, err := getResultMsg(ctx, js, subj)
+	if err != nil {
+		return nil, err
+	}
+	var r Result
+	if err := Decode(m.Data, &r); err != nil {
+		return nil, fmt.Errorf("result of %s: %w", attemptID, err)
+	}
+	return &r, nil
+}
+
+func getResultMsg(ctx context.Context, js jetstream.JetStream, subj string) (*jetstream.RawStreamMsg, error) {
+	s, err := js.Stream(ctx, StreamResults)
+	if err != nil {
+		return nil, err
+	}
+	return s.GetLastMsgForSubject(ctx, subj)
+}

@@ -1,0 +1,207 @@
+// Package bus is teamster's wire contract on NATS: subject builders and the
+// identifier rule, the v1 envelopes and their strict decoders, the JetStream
+// streams, consumers and KV bucket, and an embedded server for `teamster dev`
+// and tests.
+package bus
+
+import (
+	"regexp"
+	"unicode/utf8"
+
+	"github.com/teamster-fleet/teamster"
+)
+
+// idPattern is the identifier rule of DESIGN.md: what may become one subject
+// token. It excludes '.', '*', '>', whitespace and the empty string.
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+
+// ValidID reports whether s may be used as a harness, plugin, worker, host or
+// attempt id, that is, as one subject token.
+func ValidID(s string) bool { return idPattern.MatchString(s) }
+
+// CheckID returns an invalid_request error naming field when s is not a valid id.
+func CheckID(field, s string) error {
+	if ValidID(s) {
+		return nil
+	}
+	return teamster.Errorf(teamster.CodeInvalidRequest, "%s %q does not match %s", field, truncate(s, 80), idPattern)
+}
+
+// Subjects and names of the contract.
+const (
+	SubjectSubmit          = "teamster.submit"
+	SubjectSubmitDelegates = "teamster.submit.delegate.*"
+	SubjectInject          = "teamster.inject"
+	SubjectSourceGrant     = "teamster.source.grant"
+	SubjectSourceRevoke    = "teamster.source.revoke"
+	SubjectSessionOps      = "teamster.session.*"
+	SubjectAttempts        = "teamster.attempt.>"
+	SubjectResults         = "teamster.result.>"
+
+	StreamAttempts = "TEAMSTER_ATTEMPTS"
+	StreamResults  = "TEAMSTER_RESULTS"
+	BucketWorkers  = "TEAMSTER_WORKERS"
+
+	// QueueRouters is the queue group every router serves its subjects in.
+	QueueRouters = "routers"
+
+	// HeaderMsgID is JetStream's de-duplication header.
+	HeaderMsgID = "Nats-Msg-Id"
+)
+
+const (
+	prefixSubmitDelegate = "teamster.submit.delegate."
+	prefixAttempt        = "teamster.attempt."
+	prefixResult         = "teamster.result."
+	prefixRun            = "teamster.run."
+	prefixSession        = "teamster.session."
+	prefixHost           = "teamster.host."
+	prefixWorker         = "teamster.worker."
+)
+
+// Session operations served on teamster.session.<op>.
+const (
+	SessionCreate  = "create"
+	SessionPatch   = "patch"
+	SessionReset   = "reset"
+	SessionDelete  = "delete"
+	SessionArchive = "archive"
+)
+
+// Host callbacks served on teamster.host.<hostId>.<attemptId>.<call>.
+const (
+	HostCallTool         = "tool"
+	HostCallToolTerminal = "toolTerminal"
+	HostCallUserInput    = "userInput"
+	HostCallUsage        = "usage"
+)
+
+// AttemptSubject is teamster.attempt.<harnessId>.
+func AttemptSubject(harnessID string) (string, error) {
+	if err := CheckID("harnessId", harnessID); err != nil {
+		return "", err
+	}
+	return prefixAttempt + harnessID, nil
+}
+
+// ResultSubject is teamster.result.<attemptId>.
+func ResultSubject(attemptID string) (string, error) {
+	if err := CheckID("attemptId", attemptID); err != nil {
+		return "", err
+	}
+	return prefixResult + attemptID, nil
+}
+
+// ResultMsgID is the de-duplication id of an attempt's durable result.
+func ResultMsgID(attemptID string) string { return "result-" + attemptID }
+
+// SubmitDelegateSubject is teamster.submit.delegate.<pluginId>.
+func SubmitDelegateSubject(pluginID string) (string, error) {
+	if err := CheckID("pluginId", pluginID); err != nil {
+		return "", err
+	}
+	return prefixSubmitDelegate + pluginID, nil
+}
+
+// DelegateFromSubject returns the plugin id of a teamster.submit.delegate.<pluginId>
+// subject, or an invalid_request error.
+func DelegateFromSubject(subject string) (string, error) {
+	return tokenAfter(subject, prefixSubmitDelegate, "pluginId")
+}
+
+// RunInjectSubject is teamster.run.<attemptId>.inject.
+func RunInjectSubject(attemptID string) (string, error) {
+	if err := CheckID("attemptId", attemptID); err != nil {
+		return "", err
+	}
+	return prefixRun + attemptID + ".inject", nil
+}
+
+// RunCancelSubject is teamster.run.<attemptId>.cancel.
+func RunCancelSubject(attemptID string) (string, error) {
+	if err := CheckID("attemptId", attemptID); err != nil {
+		return "", err
+	}
+	return prefixRun + attemptID + ".cancel", nil
+}
+
+// SessionOpSubject is teamster.session.<op>.
+func SessionOpSubject(op string) (string, error) {
+	switch op {
+	case SessionCreate, SessionPatch, SessionReset, SessionDelete, SessionArchive:
+		return prefixSession + op, nil
+	}
+	return "", teamster.Errorf(teamster.CodeInvalidRequest, "session op %q is not create, patch, reset, delete or archive", truncate(op, 40))
+}
+
+// SessionOpFromSubject returns the op of a teamster.session.<op> subject.
+func SessionOpFromSubject(subject string) (string, error) {
+	op, err := tokenAfter(subject, prefixSession, "session op")
+	if err != nil {
+		return "", err
+	}
+	if _, err := SessionOpSubject(op); err != nil {
+		return "", err
+	}
+	return op, nil
+}
+
+// HostSubject is teamster.host.<hostId>.<attemptId>.<call>.
+func HostSubject(hostID, attemptID, call string) (string, error) {
+	if err := CheckID("hostId", hostID); err != nil {
+		return "", err
+	}
+	if err := CheckID("attemptId", attemptID); err != nil {
+		return "", err
+	}
+	switch call {
+	case HostCallTool, HostCallToolTerminal, HostCallUserInput, HostCallUsage:
+	default:
+		return "", teamster.Errorf(teamster.CodeInvalidRequest, "host call %q is not tool, toolTerminal, userInput or usage", truncate(call, 40))
+	}
+	return prefixHost + hostID + "." + attemptID + "." + call, nil
+}
+
+// HostSubjects is the wildcard a gateway with hostId subscribes to answer
+// its attempts' host callbacks: teamster.host.<hostId>.>.
+func HostSubjects(hostID string) (string, error) {
+	if err := CheckID("hostId", hostID); err != nil {
+		return "", err
+	}
+	return prefixHost + hostID + ".>", nil
+}
+
+// WorkerControlSubject is teamster.worker.<workerId>.control.
+func WorkerControlSubject(workerID string) (string, error) {
+	if err := CheckID("workerId", workerID); err != nil {
+		return "", err
+	}
+	return prefixWorker + workerID + ".control", nil
+}
+
+// ConsumerName is the durable pull consumer shared by every worker hosting
+// harnessID: harness_<harnessId>.
+func ConsumerName(harnessID string) string { return "harness_" + harnessID }
+
+func tokenAfter(subject, prefix, field string) (string, error) {
+	if len(subject) <= len(prefix) || subject[:len(prefix)] != prefix {
+		return "", teamster.Errorf(teamster.CodeInvalidRequest, "subject %q is not %s<%s>", truncate(subject, 80), prefix, field)
+	}
+	tok := subject[len(prefix):]
+	if err := CheckID(field, tok); err != nil {
+		return "", err
+	}
+	return tok, nil
+}
+
+// truncate shortens s to at most n bytes for an error message, without
+// splitting a UTF-8 sequence, and marks the cut with "…".
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for i := 0; i < utf8.UTFMax && n > 0 && !utf8.RuneStart(s[n]); i++ {
+		n--
+	}
+	return s[:n] + "…"
+}

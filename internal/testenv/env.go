@@ -1,0 +1,96 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+)
+
+// Env is one test binary's servers: a redis-server process and an embedded NATS.
+type Env struct {
+	Redis *Redis
+	NATS  *NATS
+	dir   string
+}
+
+// Start starts both servers in a new temp dir. Call it from TestMain and Close
+// the Env when the tests are done.
+func Start() (*Env, error) {
+	dir, err := os.MkdirTemp("", "teamster-test-")
+	if err != nil {
+		return nil, err
+	}
+	e := &Env{dir: dir}
+	if err := os.MkdirAll(dir+"/redis", 0o755); err != nil {
+		return nil, err
+	}
+	if e.Redis, err = StartRedis(dir + "/redis"); err != nil {
+		e.Close()
+		return nil, err
+	}
+	if e.NATS, err = StartNATS(dir + "/jetstream"); err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// Close stops both servers and removes their files.
+func (e *Env) Close() {
+	if e.NATS != nil {
+		e.NATS.Stop()
+	}
+	if e.Redis != nil {
+		_ = e.Redis.Kill()
+	}
+	_ = os.RemoveAll(e.dir)
+}
+
+// Main runs a test binary's tests with an Env in *env: the usual body of a
+// package's TestMain. It exits the process with the tests' code.
+func Main(m *testing.M, env **Env) {
+	e, err := Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testenv:", err)
+		os.Exit(1)
+	}
+	*env = e
+	code := m.Run()
+	e.Close()
+	os.Exit(code)
+}
+
+// FlushRedis empties Redis for a test that wants a clean server, failing the
+// test when it cannot.
+func (e *Env) FlushRedis(t testing.TB) {
+	t.Helper()
+	if err := e.Redis.Flush(context.Background()); err != nil {
+		t.Fatalf("flush redis: %v", err)
+	}
+}
+
+// NewRedis starts a private redis-server for one test, for fault tests that
+// stop, kill or pause it without disturbing the others. It is killed when the
+// test ends.
+func NewRedis(t testing.TB) *Redis {
+	t.Helper()
+	r, err := StartRedis(t.TempDir())
+	if err != nil {
+		t.Fatalf("start redis-server: %v", err)
+	}
+	t.Cleanup(func() { _ = r.Kill() })
+	return r
+}
+
+// NewNATS starts a private embedded NATS server for one test. It is shut down
+// when the test ends.
+func NewNATS(t testing.TB) *NATS {
+	t.Helper()
+	n, err := StartNATS(t.TempDir())
+	if err != nil {
+		t.Fatalf("start nats: %v", err)
+	}
+	t.Cleanup(n.Stop)
+	return n
+}

@@ -1,0 +1,201 @@
+// Package testenv starts the real servers teamster's tests talk to: a
+// redis-server process on a free port in a temp dir, and a NATS server with
+// JetStream embedded in this process. Both can be stopped, killed, paused and
+// restarted by fault tests. Nothing here fakes either server.
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Redis is a redis-server process started for tests. It runs without
+// persistence, so a restart starts empty, as a crashed production Redis
+// without AOF would.
+type Redis struct {
+	mu   sync.Mutex
+	dir  string
+	port int
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// StartRedis starts redis-server on a free loopback port with its files in dir.
+// It fails when redis-server is not installed (run `make deps`).
+func StartRedis(dir string) (*Redis, error) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		return nil, fmt.Errorf("redis-server not found on PATH (run `make deps`): %w", err)
+	}
+	r := &Redis{dir: dir}
+	var err error
+	for i := 0; i < 5; i++ {
+		if r.port, err = FreePort(); err != nil {
+			return nil, err
+		}
+		if err = r.start(); err == nil {
+			return r, nil
+		}
+	}
+	return nil, err
+}
+
+// URL is the redis:// address of the server.
+func (r *Redis) URL() string { return fmt.Sprintf("redis://127.0.0.1:%d/0", r.port) }
+
+// Addr is host:port of the server.
+func (r *Redis) Addr() string { return fmt.Sprintf("127.0.0.1:%d", r.port) }
+
+// Port is the server's port; it stays the same across restarts.
+func (r *Redis) Port() int { return r.port }
+
+func (r *Redis) start() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd != nil {
+		return errors.New("redis-server already running")
+	}
+	logFile := filepath.Join(r.dir, fmt.Sprintf("redis-%d.log", r.port))
+	cmd := exec.Command("redis-server",
+		"--port", strconv.Itoa(r.port),
+		"--bind", "127.0.0.1",
+		"--dir", r.dir,
+		"--save", "",
+		"--appendonly", "no",
+		"--daemonize", "no",
+		"--logfile", logFile,
+		"--protected-mode", "yes",
+	)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	r.cmd, r.done = cmd, done
+	if err := waitRedis(r.Addr(), done, 10*time.Second); err != nil {
+		_ = cmd.Process.Kill()
+		<-done
+		r.cmd = nil
+		log, _ := os.ReadFile(logFile)
+		return fmt.Errorf("redis-server on port %d: %w\n%s", r.port, err, tail(log, 2000))
+	}
+	return nil
+}
+
+func waitRedis(addr string, exited <-chan struct{}, timeout time.Duration) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer c.Close()
+	deadline := time.Now().Add(timeout)
+	for {
+		select {
+		case <-exited:
+			return errors.New("exited during start-up")
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not answering PING after %s: %w", timeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Stop shuts the server down with SIGTERM and waits for it to exit.
+func (r *Redis) Stop() error { return r.signalAndWait(syscall.SIGTERM) }
+
+// Kill kills the server with SIGKILL and waits for it to exit.
+func (r *Redis) Kill() error { return r.signalAndWait(syscall.SIGKILL) }
+
+func (r *Redis) signalAndWait(sig syscall.Signal) error {
+	r.mu.Lock()
+	cmd, done := r.cmd, r.done
+	r.cmd = nil
+	r.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	_ = cmd.Process.Signal(syscall.SIGCONT) // a paused server cannot handle SIGTERM
+	if err := cmd.Process.Signal(sig); err != nil {
+		return err
+	}
+	select {
+	case <-done:
+		return nil
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		return fmt.Errorf("redis-server did not exit on %v within 10s; killed", sig)
+	}
+}
+
+// Restart starts the server again on the same port, empty (no persistence).
+func (r *Redis) Restart() error {
+	if err := r.Stop(); err != nil {
+		return err
+	}
+	return r.start()
+}
+
+// Start starts a stopped or killed server again on the same port.
+func (r *Redis) Start() error { return r.start() }
+
+// Pause stops the process with SIGSTOP: connections stay open and nothing is
+// answered, as in a long GC pause or a frozen VM.
+func (r *Redis) Pause() error { return r.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server with SIGCONT.
+func (r *Redis) Resume() error { return r.signal(syscall.SIGCONT) }
+
+func (r *Redis) signal(sig syscall.Signal) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil {
+		return errors.New("redis-server is not running")
+	}
+	return r.cmd.Process.Signal(sig)
+}
+
+// Client returns a new go-redis client for the server; the caller closes it.
+func (r *Redis) Client() *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: r.Addr()})
+}
+
+// Flush empties every database, for a test that wants a clean server.
+func (r *Redis) Flush(ctx context.Context) error {
+	c := r.Client()
+	defer c.Close()
+	return c.FlushAll(ctx).Err()
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}

@@ -1,0 +1,84 @@
+package leases
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/sirupsen/logrus"
+
+	"github.com/teamster-fleet/teamster/internal/testenv"
+)
+
+var ctx = context.Background()
+
+func quietLogger() logrus.FieldLogger {
+	l := logrus.New()
+	l.SetLevel(logrus.ErrorLevel)
+	return l
+}
+
+func newKeeper(t *testing.T, s *Store, holder string, ttl time.Duration, clock clockwork.Clock) *Keeper {
+	t.Helper()
+	k := NewKeeper(KeeperParams{Store: s, Holder: holder, TTL: ttl, Clock: clock, Logger: quietLogger()})
+	t.Cleanup(k.Stop)
+	return k
+}
+
+func accept(t *testing.T, s *Store, session, attempt string, queueTimeout time.Duration) Accepted {
+	t.Helper()
+	a, err := s.Accept(ctx, AcceptArgs{
+		SessionKey: session, AttemptID: attempt, HarnessID: "codex", ReplyTo: "_INBOX.x",
+		QueueTimeout: queueTimeout, RunBudget: time.Minute, Reply: []byte(`{"v":1}`),
+	})
+	if err != nil {
+		t.Fatalf("accept %s: %v", attempt, err)
+	}
+	return a
+}
+
+func mustClaim(t *testing.T, k *Keeper, session, attempt string) *Lease {
+	t.Helper()
+	l, res, err := k.Claim(ctx, session, attempt)
+	if err != nil {
+		t.Fatalf("claim %s: %v", attempt, err)
+	}
+	if res.Status != Claimed {
+		t.Fatalf("claim %s: status %s (blocker %q), want claimed", attempt, res.Status, res.Blocker)
+	}
+	return l
+}
+
+// parseFence splits <epoch>:<n>.
+func parseFence(t *testing.T, f string) (string, int64) {
+	t.Helper()
+	epoch, n, ok := strings.Cut(f, ":")
+	if !ok {
+		t.Fatalf("fence %q is not <epoch>:<n>", f)
+	}
+	v, err := strconv.ParseInt(n, 10, 64)
+	if err != nil {
+		t.Fatalf("fence %q: %v", f, err)
+	}
+	return epoch, v
+}
+
+func attemptID(i int) string { return fmt.Sprintf("a%04d", i) }
+
+func newPrivateRedis(t *testing.T) *testenv.Redis { return testenv.NewRedis(t) }
+
+// waitRedis waits until a restarted server answers.
+func waitRedis(t *testing.T, s *Store) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Ping(ctx) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("redis did not come back")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

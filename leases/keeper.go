@@ -1,0 +1,297 @@
+package leases
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/redis/go-redis/v9"
+	"github.com/sirupsen/logrus"
+)
+
+// KeeperParams configures a Keeper.
+type KeeperParams struct {
+	Store *Store
+	// Holder is the worker id written into every lease.
+	Holder string
+	// TTL of each lease in Redis; default 10s.
+	TTL time.Duration
+	// Margin: a lease without a successful renewal for TTL - Margin is
+	// considered lost locally, before Redis lets it expire; default TTL/5.
+	Margin time.Duration
+	// Interval between renewal rounds; default TTL/3.
+	Interval time.Duration
+	// Clock; default the real clock. Tests inject a fake one.
+	Clock clockwork.Clock
+	// Logger; default logrus's standard logger.
+	Logger logrus.FieldLogger
+	// OnRenew, when set, is called after every renewal round with the number
+	// of leases sent and the round's error (nil when Redis answered).
+	OnRenew func(n int, err error)
+	// OnLost, when set, is called once for every lease that is lost.
+	OnLost func(l *Lease, err error)
+}
+
+// Keeper holds a worker's leases and renews them all in one pipelined round
+// trip per interval (asynq's heartbeater shape: one goroutine, one loop). A
+// lease that Redis refuses, or that goes without a successful renewal for
+// ttl - margin, is lost: its Done closes.
+type Keeper struct {
+	store    *Store
+	holder   string
+	ttl      time.Duration
+	margin   time.Duration
+	interval time.Duration
+	clock    clockwork.Clock
+	log      logrus.FieldLogger
+	onRenew  func(int, error)
+	onLost   func(*Lease, error)
+
+	mu     sync.Mutex
+	leases map[*Lease]struct{}
+
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+}
+
+// NewKeeper returns a keeper; Start begins renewing.
+func NewKeeper(p KeeperParams) *Keeper {
+	if p.TTL <= 0 {
+		p.TTL = 10 * time.Second
+	}
+	if p.Margin <= 0 || p.Margin >= p.TTL {
+		p.Margin = p.TTL / 5
+	}
+	if p.Interval <= 0 {
+		p.Interval = p.TTL / 3
+	}
+	if p.Clock == nil {
+		p.Clock = clockwork.NewRealClock()
+	}
+	if p.Logger == nil {
+		p.Logger = logrus.StandardLogger()
+	}
+	return &Keeper{
+		store: p.Store, holder: p.Holder, ttl: p.TTL, margin: p.Margin, interval: p.Interval,
+		clock: p.Clock, log: p.Logger, onRenew: p.OnRenew, onLost: p.OnLost,
+		leases: make(map[*Lease]struct{}), stop: make(chan struct{}),
+	}
+}
+
+// TTL is the lease TTL.
+func (k *Keeper) TTL() time.Duration { return k.ttl }
+
+// Start runs the renewal loop until Stop.
+func (k *Keeper) Start() {
+	k.wg.Add(1)
+	go k.run()
+}
+
+// Stop ends the renewal loop and waits for it. Leases still held are not
+// released: without renewals they self-fence and expire, as they would if the
+// process died.
+func (k *Keeper) Stop() {
+	k.stopOnce.Do(func() { close(k.stop) })
+	k.wg.Wait()
+}
+
+func (k *Keeper) run() {
+	defer k.wg.Done()
+	t := k.clock.NewTicker(k.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-k.stop:
+			return
+		case <-t.Chan():
+			k.RenewNow(context.Background())
+		}
+	}
+}
+
+// Len is the number of leases held.
+func (k *Keeper) Len() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.leases)
+}
+
+// Leases returns the leases held.
+func (k *Keeper) Leases() []*Lease {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := make([]*Lease, 0, len(k.leases))
+	for l := range k.leases {
+		out = append(out, l)
+	}
+	return out
+}
+
+func (k *Keeper) forget(l *Lease) {
+	k.mu.Lock()
+	delete(k.leases, l)
+	k.mu.Unlock()
+}
+
+func (k *Keeper) lost(l *Lease, err error) {
+	k.log.WithFields(logrus.Fields{"session": l.Tag(), "attempt": l.attemptID, "fence": l.fence}).
+		Warn("lease lost: " + err.Error())
+	if k.onLost != nil {
+		k.onLost(l, err)
+	}
+}
+
+// ClaimStatus is the outcome of a claim.
+type ClaimStatus string
+
+// Claim statuses.
+const (
+	// Claimed: the attempt is claimed under a new lease.
+	Claimed ClaimStatus = "claimed"
+	// ClaimBusy: an earlier attempt of the session is queued or running, or
+	// the session's lease is held. Try again later.
+	ClaimBusy ClaimStatus = "busy"
+	// ClaimDone: the attempt was claimed before or has an outcome; drop it.
+	ClaimDone ClaimStatus = "done"
+	// ClaimExpired: the attempt's queue deadline passed; queue_timeout is
+	// recorded and the reaper publishes it.
+	ClaimExpired ClaimStatus = "expired"
+	// ClaimMissing: no record of the attempt (Redis lost its data, or the
+	// router withdrew it).
+	ClaimMissing ClaimStatus = "missing"
+)
+
+// ClaimResult is the outcome of Claim.
+type ClaimResult struct {
+	Status ClaimStatus
+	// Blocker is the attempt ahead of this one when Busy.
+	Blocker string
+	// State is the attempt's state when Done.
+	State string
+}
+
+// Claim runs the claim script for attemptID of sessionKey and, when it is
+// claimed, holds and renews the new lease. The returned lease is nil unless
+// the status is Claimed.
+func (k *Keeper) Claim(ctx context.Context, sessionKey, attemptID string) (*Lease, ClaimResult, error) {
+	keys := keysFor(sessionKey)
+	sentAt := k.clock.Now()
+	res, err := claimScript.Run(ctx, k.store.rdb,
+		[]string{keys.order(), keys.attempt(attemptID), keys.lease(), keys.fence()},
+		attemptID, k.holder, k.ttl.Milliseconds(), newEpoch(), SeqReservation, keys.prefix(), FinishedTTL.Milliseconds(),
+	).StringSlice()
+	if err != nil {
+		return nil, ClaimResult{}, fmt.Errorf("claim: %w", err)
+	}
+	if len(res) == 0 {
+		return nil, ClaimResult{}, fmt.Errorf("claim: empty reply")
+	}
+	cr := ClaimResult{Status: ClaimStatus(res[0])}
+	switch cr.Status {
+	case Claimed:
+	case ClaimBusy:
+		if len(res) > 1 {
+			cr.Blocker = res[1]
+		}
+		return nil, cr, nil
+	case ClaimDone:
+		if len(res) > 1 {
+			cr.State = res[1]
+		}
+		return nil, cr, nil
+	case ClaimExpired, ClaimMissing:
+		return nil, cr, nil
+	default:
+		return nil, ClaimResult{}, fmt.Errorf("claim: unexpected reply %q", res)
+	}
+	if len(res) < 3 {
+		return nil, ClaimResult{}, fmt.Errorf("claim: unexpected reply %q", res)
+	}
+	l := &Lease{k: k, keys: keys, sessionKey: sessionKey, attemptID: attemptID, fence: res[1], done: make(chan struct{})}
+	l.lastOK.Store(sentAt.UnixNano())
+	l.seqRes.Store(SeqReservation)
+	l.timer = k.clock.AfterFunc(k.ttl-k.margin, l.selfFence)
+	k.mu.Lock()
+	k.leases[l] = struct{}{}
+	k.mu.Unlock()
+	// Point the reaper at the lease's expiry, so a worker that dies is found
+	// within TTL plus the reaper interval, not at the queue deadline.
+	if err := k.store.rdb.ZAddXX(ctx, ReaperIndexKey, redis.Z{
+		Score: float64(time.Now().Add(k.ttl).UnixMilli()), Member: indexMember(keys.tag, attemptID),
+	}).Err(); err != nil {
+		k.log.WithFields(logrus.Fields{"session": keys.tag, "attempt": attemptID}).
+			Warn("reaper index not updated after claim; worker_lost detection waits for the queue deadline: " + err.Error())
+	}
+	return l, cr, nil
+}
+
+// RenewNow renews every held lease in one pipelined round trip: one renew
+// script per lease and one ZADD that moves the leases' reaper index entries to
+// their new expiry. The keeper's loop calls it every interval.
+func (k *Keeper) RenewNow(ctx context.Context) {
+	leases := k.Leases()
+	if len(leases) == 0 {
+		return
+	}
+	timeout := min(k.interval, k.margin/2)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	sentAt := k.clock.Now()
+	cmds, reserved, err := k.renewPipeline(ctx, leases)
+	if isNoScript(err) {
+		if lerr := k.store.Load(ctx); lerr == nil {
+			cmds, reserved, err = k.renewPipeline(ctx, leases)
+		}
+	}
+	if k.onRenew != nil {
+		k.onRenew(len(leases), err)
+	}
+	if err != nil && cmds == nil {
+		k.log.WithField("leases", len(leases)).Warn("lease renewal failed: " + err.Error())
+		return
+	}
+	failed := 0
+	for i, l := range leases {
+		n, cerr := cmds[i].Int()
+		switch {
+		case cerr != nil:
+			failed++
+		case n == 1:
+			l.renewed(sentAt, reserved[i])
+		default:
+			l.lose("renewal refused: the lease expired or is held under another fence")
+		}
+	}
+	if failed > 0 {
+		k.log.WithField("leases", failed).Warn("lease renewal failed: " + err.Error())
+	}
+}
+
+func (k *Keeper) renewPipeline(ctx context.Context, leases []*Lease) ([]*redis.Cmd, []int64, error) {
+	cmds := make([]*redis.Cmd, len(leases))
+	reserved := make([]int64, len(leases))
+	ttlMs := strconv.FormatInt(k.ttl.Milliseconds(), 10)
+	expiry := float64(time.Now().Add(k.ttl).UnixMilli())
+	members := make([]redis.Z, len(leases))
+	_, err := k.store.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, l := range leases {
+			reserved[i] = l.reservation()
+			cmds[i] = renewScript.EvalSha(ctx, p, []string{l.keys.lease(), l.keys.attempt(l.attemptID)}, l.fence, ttlMs, reserved[i])
+			members[i] = redis.Z{Score: expiry, Member: indexMember(l.keys.tag, l.attemptID)}
+		}
+		p.ZAddXX(ctx, ReaperIndexKey, members...)
+		return nil
+	})
+	if err != nil {
+		for _, c := range cmds {
+			if isNoScript(c.Err()) {
+				return nil, nil, c.Err()
+			}
+		}
+	}
+	return cmds, reserved, err
+}

@@ -1,0 +1,52 @@
+package leases
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+)
+
+// Key layout (DESIGN.md, "Redis keys"). Every key of one session carries the
+// hash tag {s}, s = hex of the first 12 bytes of sha256(sessionKey), so every
+// session script touches one hash slot. The raw session key is stored inside
+// the records, never in a key name or a log line.
+const (
+	keyRoot = "teamster:"
+
+	// ReaperIndexKey is the reaper's index: a sorted set of "<tag>/<attemptId>"
+	// scored by the time (Unix ms) the reaper should next look at the attempt.
+	// It lives in its own slot and is never touched by a session script.
+	ReaperIndexKey = "teamster:{reaper}:due"
+)
+
+// Tag returns the session hash s of sessionKey: hex of the first 12 bytes of its
+// SHA-256. It is also what logs show in place of the session key.
+func Tag(sessionKey string) string {
+	sum := sha256.Sum256([]byte(sessionKey))
+	return hex.EncodeToString(sum[:12])
+}
+
+// sessionKeys builds the keys of one session.
+type sessionKeys struct{ tag string }
+
+func keysFor(sessionKey string) sessionKeys { return sessionKeys{tag: Tag(sessionKey)} }
+
+// prefix is "teamster:{s}:"; scripts derive per-attempt keys of earlier order
+// entries from it, so those keys share the slot by construction.
+func (k sessionKeys) prefix() string                  { return keyRoot + "{" + k.tag + "}:" }
+func (k sessionKeys) lease() string                   { return k.prefix() + "lease" }
+func (k sessionKeys) fence() string                   { return k.prefix() + "fence" }
+func (k sessionKeys) session() string                 { return k.prefix() + "session" }
+func (k sessionKeys) order() string                   { return k.prefix() + "order" }
+func (k sessionKeys) attempt(attemptID string) string { return k.prefix() + "attempt:" + attemptID }
+
+// sourceKey is teamster:source:{<id>}: one source authority, its own slot.
+func sourceKey(id string) string { return keyRoot + "source:{" + id + "}" }
+
+// indexMember is how an attempt appears in the reaper index.
+func indexMember(tag, attemptID string) string { return tag + "/" + attemptID }
+
+func parseIndexMember(m string) (tag, attemptID string, ok bool) {
+	tag, attemptID, ok = strings.Cut(m, "/")
+	return tag, attemptID, ok && tag != "" && attemptID != ""
+}

@@ -1,0 +1,113 @@
+package leases
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DueEntry is one attempt the reaper should look at.
+type DueEntry struct {
+	Tag       string
+	AttemptID string
+}
+
+// Due hands out up to limit reaper index entries that are due, hiding each from
+// other reapers for visibility. Several routers may call it at once; each entry
+// goes to one of them per window.
+func (s *Store) Due(ctx context.Context, limit int, visibility time.Duration) ([]DueEntry, error) {
+	members, err := dueScript.Run(ctx, s.rdb, []string{ReaperIndexKey}, limit, visibility.Milliseconds()).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("reaper due: %w", err)
+	}
+	out := make([]DueEntry, 0, len(members))
+	for _, m := range members {
+		tag, id, ok := parseIndexMember(m)
+		if !ok {
+			// Not ours to interpret; drop it so it is not handed out again.
+			s.rdb.ZRem(ctx, ReaperIndexKey, m)
+			continue
+		}
+		out = append(out, DueEntry{Tag: tag, AttemptID: id})
+	}
+	return out, nil
+}
+
+// ReapAction is what the reaper does with an entry.
+type ReapAction string
+
+// Reap actions.
+const (
+	// ReapGone: nothing is owed (no record, or its outcome is published); the
+	// entry was dropped from the index.
+	ReapGone ReapAction = "gone"
+	// ReapWait: not due yet; the entry was rescheduled to At.
+	ReapWait ReapAction = "wait"
+	// ReapPublish: an outcome is recorded and must be published (and then
+	// marked with MarkPublished).
+	ReapPublish ReapAction = "publish"
+)
+
+// Reaped is the reaper's decision about one attempt.
+type Reaped struct {
+	Action ReapAction
+	At     time.Time
+	// For ReapPublish: the recorded outcome and what publishing it needs.
+	Outcome   string
+	Result    []byte // the worker's encoded result; empty for fleet outcomes
+	HarnessID string
+	WorkerID  string
+	Fence     string
+	ReplyTo   string
+	// SeqMax is the highest event seq reserved for the attempt; a result the
+	// reaper sends continues after it.
+	SeqMax int64
+}
+
+// Reap decides one due attempt: queue_timeout for a queued attempt past its
+// deadline, worker_lost for a claimed attempt whose lease is gone (both first
+// writer wins), and republishing of an outcome its writer did not mark
+// published within grace. It reschedules or drops the index entry itself.
+func (s *Store) Reap(ctx context.Context, e DueEntry, grace time.Duration) (Reaped, error) {
+	k := sessionKeys{tag: e.Tag}
+	res, err := reapScript.Run(ctx, s.rdb, []string{k.order(), k.attempt(e.AttemptID), k.lease()},
+		e.AttemptID, grace.Milliseconds(), FinishedTTL.Milliseconds()).StringSlice()
+	if err != nil {
+		return Reaped{}, fmt.Errorf("reap: %w", err)
+	}
+	if len(res) == 0 {
+		return Reaped{}, fmt.Errorf("reap: empty reply")
+	}
+	member := indexMember(e.Tag, e.AttemptID)
+	switch ReapAction(res[0]) {
+	case ReapGone:
+		return Reaped{Action: ReapGone}, s.rdb.ZRem(ctx, ReaperIndexKey, member).Err()
+	case ReapWait:
+		at, _ := strconv.ParseInt(res[1], 10, 64)
+		// XX: an entry dropped meanwhile (published) stays dropped.
+		err := s.rdb.ZAddXX(ctx, ReaperIndexKey, redis.Z{Score: float64(at), Member: member}).Err()
+		return Reaped{Action: ReapWait, At: time.UnixMilli(at)}, err
+	case ReapPublish:
+		if len(res) != 8 {
+			return Reaped{}, fmt.Errorf("reap: unexpected reply %q", res)
+		}
+		seq, _ := strconv.ParseInt(res[7], 10, 64)
+		return Reaped{Action: ReapPublish, Outcome: res[1], Result: []byte(res[2]), HarnessID: res[3],
+			WorkerID: res[4], Fence: res[5], ReplyTo: res[6], SeqMax: seq}, nil
+	}
+	return Reaped{}, fmt.Errorf("reap: unexpected reply %q", res)
+}
+
+// MarkPublishedTag is MarkPublished for the reaper, which knows the session
+// only by its tag.
+func (s *Store) MarkPublishedTag(ctx context.Context, tag, attemptID string) error {
+	return s.markPublished(ctx, tag, attemptID)
+}
+
+// IndexLen is the number of attempts in the reaper index.
+func (s *Store) IndexLen(ctx context.Context) (int64, error) {
+	return s.rdb.ZCard(ctx, ReaperIndexKey).Result()
+}

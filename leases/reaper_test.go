@@ -1,0 +1,150 @@
+package leases
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/teamster-fleet/teamster"
+)
+
+// The reaper settles a queued attempt past its deadline as queue_timeout and a
+// claimed attempt whose lease is gone as worker_lost, and drops index entries
+// once their outcomes are published.
+func TestReaperSettlesAndPublishesOnce(t *testing.T) {
+	s := newStore(t)
+	k := newKeeper(t, s, "w1", 5*time.Second, nil)
+	accept(t, s, "s1", "q1", 20*time.Millisecond)
+	accept(t, s, "s2", "c1", time.Minute)
+	mustClaim(t, k, "s2", "c1")
+	s.rdb.Del(ctx, keysFor("s2").lease())
+	// Make c1 due now (its index entry points at the lease expiry).
+	s.rdb.ZAdd(ctx, ReaperIndexKey, redisZ(0, indexMember(Tag("s2"), "c1")))
+	waitPast(t, s, "s1", "q1")
+
+	entries, err := s.Due(ctx, 100, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Reaped{}
+	for _, e := range entries {
+		r, err := s.Reap(ctx, e, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[e.AttemptID] = r
+	}
+	if r := got["q1"]; r.Action != ReapPublish || r.Outcome != string(teamster.CodeQueueTimeout) || r.HarnessID != "codex" || r.ReplyTo != "_INBOX.x" {
+		t.Fatalf("q1 reaped %+v, want publish queue_timeout", r)
+	}
+	if r := got["c1"]; r.Action != ReapPublish || r.Outcome != string(teamster.CodeWorkerLost) || r.WorkerID != "w1" || r.SeqMax != SeqReservation {
+		t.Fatalf("c1 reaped %+v, want publish worker_lost", r)
+	}
+	// Handed-out entries are hidden from other reapers.
+	if again, _ := s.Due(ctx, 100, 30*time.Second); len(again) != 0 {
+		t.Fatalf("entries handed out twice: %v", again)
+	}
+	for id, sess := range map[string]string{"q1": "s1", "c1": "s2"} {
+		if err := s.MarkPublished(ctx, sess, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, _ := s.IndexLen(ctx); n != 0 {
+		t.Fatalf("index holds %d entries after publishing, want 0", n)
+	}
+}
+
+// Several reapers racing over the same due entries settle each attempt once.
+func TestConcurrentReapersSettleOnce(t *testing.T) {
+	s := newStore(t)
+	const n = 200
+	for i := 0; i < n; i++ {
+		accept(t, s, fmt.Sprintf("s%d", i), "a", 10*time.Millisecond)
+	}
+	waitPast(t, s, "s0", "a")
+	time.Sleep(20 * time.Millisecond)
+	var mu sync.Mutex
+	published := map[string]int{}
+	var wg sync.WaitGroup
+	for r := 0; r < 4; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				entries, err := s.Due(ctx, 16, 30*time.Second)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(entries) == 0 {
+					return
+				}
+				for _, e := range entries {
+					// Reap twice, as a reaper that crashed and one that
+					// took over would.
+					for i := 0; i < 2; i++ {
+						res, err := s.Reap(ctx, e, time.Second)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if res.Action == ReapPublish {
+							mu.Lock()
+							published[e.Tag]++
+							mu.Unlock()
+						}
+					}
+					if err := s.MarkPublishedTag(ctx, e.Tag, e.AttemptID); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(published) != n {
+		t.Fatalf("%d attempts reaped, want %d", len(published), n)
+	}
+	for i := 0; i < n; i++ {
+		a, _ := s.Attempt(ctx, fmt.Sprintf("s%d", i), "a")
+		if a.Outcome != string(teamster.CodeQueueTimeout) || !a.Published {
+			t.Fatalf("attempt %d: %+v", i, a)
+		}
+	}
+}
+
+// A running attempt is not reaped; its entry waits for the lease's expiry.
+func TestReaperWaitsForLiveLease(t *testing.T) {
+	s := newStore(t)
+	k := newKeeper(t, s, "w1", 5*time.Second, nil)
+	accept(t, s, "s", "a", time.Minute)
+	mustClaim(t, k, "s", "a")
+	r, err := s.Reap(ctx, DueEntry{Tag: Tag("s"), AttemptID: "a"}, time.Second)
+	if err != nil || r.Action != ReapWait {
+		t.Fatalf("reap of a running attempt: %+v %v, want wait", r, err)
+	}
+	if until := time.Until(r.At); until <= 0 || until > 6*time.Second {
+		t.Fatalf("wait until %s from now, want within the lease TTL", until)
+	}
+}
+
+// A worker's outcome that was not marked published is republished after the
+// grace period, not before.
+func TestReaperRepublishesUnmarkedOutcome(t *testing.T) {
+	s := newStore(t)
+	k := newKeeper(t, s, "w1", 5*time.Second, nil)
+	accept(t, s, "s", "a", time.Minute)
+	l := mustClaim(t, k, "s", "a")
+	if st, _ := l.Finish(ctx, Outcome{Code: OutcomeOK, Result: []byte(`{"r":1}`)}); st != Finished {
+		t.Fatal(st)
+	}
+	e := DueEntry{Tag: Tag("s"), AttemptID: "a"}
+	if r, _ := s.Reap(ctx, e, time.Hour); r.Action != ReapWait {
+		t.Fatalf("reap within grace: %+v, want wait", r)
+	}
+	r, err := s.Reap(ctx, e, 0)
+	if err != nil || r.Action != ReapPublish || r.Outcome != OutcomeOK || string(r.Result) != `{"r":1}` {
+		t.Fatalf("reap after grace: %+v %v, want the worker's result", r, err)
+	}
+}

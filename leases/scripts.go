@@ -1,0 +1,364 @@
+package leases
+
+import "github.com/redis/go-redis/v9"
+
+// Every script below touches the keys of one hash slot only: the session's
+// {s} keys, one source's {id} key, or the reaper index. Scripts that walk the
+// session's order derive the record key of an earlier entry from the session
+// prefix they are given (ARGV), which carries the same hash tag, so those keys
+// share the slot by construction. Time comes from Redis (TIME), so every
+// router and worker measures deadlines on one clock.
+
+// prelude holds the helpers shared by the scripts.
+const prelude = `
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- settle records a fleet-made outcome (queue_timeout, worker_lost) on an
+-- attempt record that has none yet: first writer wins.
+local function settle(key, code, now, ttl)
+  if redis.call('HEXISTS', key, 'outcome') == 1 then return false end
+  redis.call('HSET', key, 'state', 'finished', 'outcome', code, 'finished', now, 'by', 'fleet')
+  redis.call('PEXPIRE', key, ttl)
+  return true
+end
+`
+
+// epochScript returns the session's fence epoch, creating it when the fence
+// hash is missing (a new session, or a Redis that lost its data).
+//
+// KEYS[1] teamster:{s}:fence
+// ARGV[1] a fresh random epoch id, used only when the hash is missing
+// Returns the epoch (string).
+var epochScript = redis.NewScript(`
+local e = redis.call('HGET', KEYS[1], 'epoch')
+if not e then
+  redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'n', 0)
+  e = ARGV[1]
+end
+return e
+`)
+
+// acceptScript records an attempt as accepted and appends it to its session's
+// order, unless the attempt id is known already (a resubmit is answered from
+// the existing record and never appended twice).
+//
+// KEYS[1] teamster:{s}:attempt:<attemptId>
+// KEYS[2] teamster:{s}:order
+// ARGV[1] attemptId
+// ARGV[2] queue timeout (ms); the queue deadline is now + this
+// ARGV[3] record TTL (ms)
+// ARGV[4..] field, value pairs stored on the record (harness, replyTo, reply, ...)
+// Returns {status, state, reply, deadline}: status "accepted" for a new
+// attempt, "exists" for a known one (with its state and stored reply).
+var acceptScript = redis.NewScript(prelude + `
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  local r = redis.call('HMGET', KEYS[1], 'state', 'reply', 'deadline')
+  return {'exists', r[1] or '', r[2] or '', r[3] or '0'}
+end
+local now = now_ms()
+local deadline = now + tonumber(ARGV[2])
+redis.call('HSET', KEYS[1], 'state', 'accepted', 'accepted', now, 'deadline', deadline)
+for i = 4, #ARGV, 2 do
+  redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('RPUSH', KEYS[2], ARGV[1])
+return {'accepted', 'accepted', '', tostring(deadline)}
+`)
+
+// unacceptScript removes an attempt that the router could not publish, but only
+// while it is still queued.
+//
+// KEYS[1] teamster:{s}:attempt:<attemptId>
+// KEYS[2] teamster:{s}:order
+// ARGV[1] attemptId
+// Returns 1 when removed, 0 when the attempt was no longer queued.
+var unacceptScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'state') ~= 'accepted' then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('LREM', KEYS[2], 0, ARGV[1])
+return 1
+`)
+
+// claimScript claims an attempt under a new session lease. The attempt must be
+// accepted (never claimed, no outcome), within its queue deadline, the head of
+// its session's order, and the session must hold no lease. On the way it drops
+// order heads that can never run: records that are gone or finished, queued
+// attempts past their deadline (settled queue_timeout) and claimed attempts
+// whose lease is gone (settled worker_lost).
+//
+// KEYS[1] teamster:{s}:order
+// KEYS[2] teamster:{s}:attempt:<attemptId>
+// KEYS[3] teamster:{s}:lease
+// KEYS[4] teamster:{s}:fence
+// ARGV[1] attemptId
+// ARGV[2] holder (worker id)
+// ARGV[3] lease TTL (ms)
+// ARGV[4] a fresh random epoch id, used only when the fence hash is missing
+// ARGV[5] the first reservation of event seq numbers
+// ARGV[6] the session prefix teamster:{s}: (for the records of earlier entries)
+// ARGV[7] TTL (ms) of a record once finished
+// Returns {"claimed", fence, now}, {"busy", blocker}, {"done", state},
+// {"expired"} (the queue deadline passed: queue_timeout recorded) or {"missing"}.
+var claimScript = redis.NewScript(prelude + `
+local now = now_ms()
+local st = redis.call('HMGET', KEYS[2], 'state', 'deadline')
+if not st[1] then return {'missing'} end
+if st[1] ~= 'accepted' then return {'done', st[1]} end
+if now >= tonumber(st[2]) then
+  settle(KEYS[2], 'queue_timeout', now, ARGV[7])
+  redis.call('LREM', KEYS[1], 0, ARGV[1])
+  return {'expired'}
+end
+while true do
+  local head = redis.call('LINDEX', KEYS[1], 0)
+  if (not head) or head == ARGV[1] then break end
+  local hk = ARGV[6] .. 'attempt:' .. head
+  local h = redis.call('HMGET', hk, 'state', 'deadline')
+  if (not h[1]) or h[1] == 'finished' then
+    redis.call('LPOP', KEYS[1])
+  elseif h[1] == 'accepted' and now >= tonumber(h[2]) then
+    settle(hk, 'queue_timeout', now, ARGV[7])
+    redis.call('LPOP', KEYS[1])
+  elseif h[1] == 'claimed' and redis.call('EXISTS', KEYS[3]) == 0 then
+    settle(hk, 'worker_lost', now, ARGV[7])
+    redis.call('LPOP', KEYS[1])
+  else
+    return {'busy', head}
+  end
+end
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  return {'busy', redis.call('HGET', KEYS[3], 'attempt') or ''}
+end
+local epoch = redis.call('HGET', KEYS[4], 'epoch')
+if not epoch then
+  epoch = ARGV[4]
+  redis.call('HSET', KEYS[4], 'epoch', epoch, 'n', 0)
+end
+local fence = epoch .. ':' .. redis.call('HINCRBY', KEYS[4], 'n', 1)
+redis.call('HSET', KEYS[3], 'holder', ARGV[2], 'attempt', ARGV[1], 'fence', fence)
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
+redis.call('HSET', KEYS[2], 'state', 'claimed', 'worker', ARGV[2], 'fence', fence, 'claimed', now, 'seqmax', ARGV[5])
+return {'claimed', fence, tostring(now)}
+`)
+
+// renewScript extends a held lease and raises the attempt's event seq
+// reservation. It is sent for many leases at once in one pipeline.
+//
+// KEYS[1] teamster:{s}:lease
+// KEYS[2] teamster:{s}:attempt:<attemptId>
+// ARGV[1] fence
+// ARGV[2] lease TTL (ms)
+// ARGV[3] event seq reservation (never lowered)
+// Returns 1 when renewed, 0 when the lease is gone or held under another fence.
+var renewScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'fence') ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local cur = tonumber(redis.call('HGET', KEYS[2], 'seqmax') or '0')
+if tonumber(ARGV[3]) > cur then redis.call('HSET', KEYS[2], 'seqmax', ARGV[3]) end
+return 1
+`)
+
+// releaseScript deletes a lease held under fence.
+//
+// KEYS[1] teamster:{s}:lease
+// ARGV[1] fence
+// Returns 1 when released, 0 when the lease is gone or held under another fence.
+var releaseScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'fence') ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+return 1
+`)
+
+// finishScript is the fenced finish: it records the attempt's outcome (first
+// writer wins), writes the session record, removes the attempt from the order
+// and releases the lease, in one step. It refuses unless the attempt was
+// claimed under fence and the lease is still held under it.
+//
+// KEYS[1] teamster:{s}:order
+// KEYS[2] teamster:{s}:attempt:<attemptId>
+// KEYS[3] teamster:{s}:lease
+// KEYS[4] teamster:{s}:session
+// ARGV[1] attemptId
+// ARGV[2] fence
+// ARGV[3] outcome: "ok" or an error code
+// ARGV[4] the encoded result
+// ARGV[5] TTL (ms) of the finished record
+// ARGV[6..] session record field, value pairs; an empty value deletes the field
+// Returns "ok", "fenced" (lease lost), "finished" (an outcome exists) or
+// "missing" (no record: Redis lost it).
+var finishScript = redis.NewScript(prelude + `
+local st = redis.call('HMGET', KEYS[2], 'state', 'fence', 'outcome')
+if not st[1] then return 'missing' end
+if st[3] then return 'finished' end
+if st[2] ~= ARGV[2] or redis.call('HGET', KEYS[3], 'fence') ~= ARGV[2] then return 'fenced' end
+local now = now_ms()
+redis.call('HSET', KEYS[2], 'state', 'finished', 'outcome', ARGV[3], 'result', ARGV[4], 'finished', now, 'by', 'worker')
+redis.call('PEXPIRE', KEYS[2], ARGV[5])
+if #ARGV >= 7 then
+  for i = 6, #ARGV, 2 do
+    if ARGV[i + 1] == '' then
+      redis.call('HDEL', KEYS[4], ARGV[i])
+    else
+      redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1])
+    end
+  end
+  redis.call('HSET', KEYS[4], 'fence', ARGV[2], 'updated', now)
+end
+redis.call('LREM', KEYS[1], 0, ARGV[1])
+redis.call('DEL', KEYS[3])
+return 'ok'
+`)
+
+// abandonScript records the outcome of an attempt whose worker lost its lease
+// (lease_lost, or a run that ended after the loss). It writes no session
+// record: a worker without its lease commits nothing. First writer wins, so a
+// worker_lost recorded by the fleet stays.
+//
+// KEYS[1] teamster:{s}:order
+// KEYS[2] teamster:{s}:attempt:<attemptId>
+// KEYS[3] teamster:{s}:lease
+// ARGV[1] attemptId
+// ARGV[2] fence the attempt was claimed under
+// ARGV[3] outcome (an error code)
+// ARGV[4] the encoded result
+// ARGV[5] TTL (ms) of the finished record
+// Returns "ok", "finished", "fenced" (claimed under another fence) or "missing".
+var abandonScript = redis.NewScript(prelude + `
+local st = redis.call('HMGET', KEYS[2], 'state', 'fence', 'outcome')
+if not st[1] then return 'missing' end
+if st[3] then return 'finished' end
+if st[2] ~= ARGV[2] then return 'fenced' end
+local now = now_ms()
+redis.call('HSET', KEYS[2], 'state', 'finished', 'outcome', ARGV[3], 'result', ARGV[4], 'finished', now, 'by', 'worker')
+redis.call('PEXPIRE', KEYS[2], ARGV[5])
+redis.call('LREM', KEYS[1], 0, ARGV[1])
+if redis.call('HGET', KEYS[3], 'fence') == ARGV[2] then redis.call('DEL', KEYS[3]) end
+return 'ok'
+`)
+
+// markPublishedScript marks an outcome as durably published, without
+// re-creating a record that is gone.
+//
+// KEYS[1] teamster:{s}:attempt:<attemptId>
+// Returns 1 when marked, 0 when the record is gone.
+var markPublishedScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'published', '1')
+return 1
+`)
+
+// writeSessionScript is a fenced write of the session record outside a finish.
+//
+// KEYS[1] teamster:{s}:lease
+// KEYS[2] teamster:{s}:session
+// ARGV[1] fence
+// ARGV[2..] field, value pairs; an empty value deletes the field
+// Returns 1 when written, 0 when the lease is not held under fence.
+var writeSessionScript = redis.NewScript(prelude + `
+if redis.call('HGET', KEYS[1], 'fence') ~= ARGV[1] then return 0 end
+for i = 2, #ARGV, 2 do
+  if ARGV[i + 1] == '' then
+    redis.call('HDEL', KEYS[2], ARGV[i])
+  else
+    redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
+  end
+end
+redis.call('HSET', KEYS[2], 'fence', ARGV[1], 'updated', now_ms())
+return 1
+`)
+
+// dueScript hands out the reaper index entries that are due, hiding each from
+// other reapers for a visibility window (a reaper that dies mid-way leaves them
+// to be picked up again).
+//
+// KEYS[1] teamster:{reaper}:due
+// ARGV[1] at most this many entries
+// ARGV[2] visibility window (ms)
+// Returns the due members.
+var dueScript = redis.NewScript(prelude + `
+local now = now_ms()
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
+for _, m in ipairs(due) do
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), m)
+end
+return due
+`)
+
+// reapScript decides, and where due records, the fleet's outcome of one
+// attempt: queue_timeout for a queued attempt past its deadline, worker_lost
+// for a claimed attempt whose lease is gone. It also returns outcomes recorded
+// by a worker that were not marked published within the grace period.
+//
+// KEYS[1] teamster:{s}:order
+// KEYS[2] teamster:{s}:attempt:<attemptId>
+// KEYS[3] teamster:{s}:lease
+// ARGV[1] attemptId
+// ARGV[2] grace (ms) before a worker's unpublished outcome is published again
+// ARGV[3] TTL (ms) of a record once finished
+// Returns {"gone"}, {"wait", atMs}, or
+// {"publish", outcome, result, harness, worker, fence, replyTo, seqmax}.
+var reapScript = redis.NewScript(prelude + `
+local now = now_ms()
+local r = redis.call('HMGET', KEYS[2], 'state', 'deadline', 'published', 'finished', 'by')
+if not r[1] then return {'gone'} end
+if r[1] == 'accepted' then
+  if now < tonumber(r[2]) then return {'wait', tostring(r[2])} end
+  settle(KEYS[2], 'queue_timeout', now, ARGV[3])
+  redis.call('LREM', KEYS[1], 0, ARGV[1])
+elseif r[1] == 'claimed' then
+  if redis.call('HGET', KEYS[3], 'attempt') == ARGV[1] then
+    return {'wait', tostring(now + math.max(redis.call('PTTL', KEYS[3]), 0))}
+  end
+  settle(KEYS[2], 'worker_lost', now, ARGV[3])
+  redis.call('LREM', KEYS[1], 0, ARGV[1])
+else
+  if r[3] == '1' then return {'gone'} end
+  if r[5] == 'worker' then
+    local at = tonumber(r[4] or '0') + tonumber(ARGV[2])
+    if now < at then return {'wait', tostring(at)} end
+  end
+end
+local f = redis.call('HMGET', KEYS[2], 'outcome', 'result', 'harness', 'worker', 'fence', 'replyTo', 'seqmax')
+return {'publish', f[1] or '', f[2] or '', f[3] or '', f[4] or '', f[5] or '', f[6] or '', f[7] or '0'}
+`)
+
+// grantScript grants a source authority generation. A revoked generation, and
+// every one below it, can never be granted again; a grant never lowers the
+// current generation.
+//
+// KEYS[1] teamster:source:{<id>}
+// ARGV[1] generation (>= 1)
+// Returns {"ok", generation} or {"stale", the generation it must exceed or reach}.
+var grantScript = redis.NewScript(`
+local r = redis.call('HMGET', KEYS[1], 'generation', 'revoked')
+local g = tonumber(ARGV[1])
+local revoked = tonumber(r[2] or '0')
+if g <= revoked then return {'stale', tostring(revoked + 1)} end
+local cur = tonumber(r[1] or '0')
+if g < cur then return {'stale', tostring(cur)} end
+redis.call('HSET', KEYS[1], 'generation', g)
+return {'ok', tostring(g)}
+`)
+
+// revokeScript revokes a source authority: permanently, for every generation
+// up to the current one.
+//
+// KEYS[1] teamster:source:{<id>}
+// Returns the highest revoked generation (0 when none was ever granted).
+var revokeScript = redis.NewScript(`
+local r = redis.call('HMGET', KEYS[1], 'generation', 'revoked')
+local revoked = math.max(tonumber(r[1] or '0'), tonumber(r[2] or '0'))
+redis.call('HSET', KEYS[1], 'revoked', revoked)
+redis.call('HDEL', KEYS[1], 'generation')
+return revoked
+`)
+
+// allScripts is every script, for loading them up front.
+var allScripts = []*redis.Script{
+	epochScript, acceptScript, unacceptScript, claimScript, renewScript, releaseScript,
+	finishScript, abandonScript, markPublishedScript, writeSessionScript, dueScript,
+	reapScript, grantScript, revokeScript,
+}

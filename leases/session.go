@@ -1,0 +1,99 @@
+package leases
+
+import (
+	"context"
+	"strconv"
+	"time"
+)
+
+// Session record fields (teamster:{s}:session).
+const (
+	FieldSessionKey           = "sessionKey"
+	FieldSessionID            = "sessionId"
+	FieldStorePath            = "storePath"
+	FieldAgentID              = "agentId"
+	FieldModelSelectionLocked = "modelSelectionLocked"
+	FieldAgentHarnessID       = "agentHarnessId"
+	FieldOwnerPluginID        = "ownerPluginId"
+	FieldNativeBinding        = "nativeBinding"
+)
+
+// SessionRecord is a session's stored record: what the owner's last successful
+// plugin-harness turn pinned, and the harness's native binding.
+type SessionRecord struct {
+	SessionKey           string
+	SessionID            string
+	StorePath            string
+	AgentID              string
+	ModelSelectionLocked bool
+	AgentHarnessID       string
+	OwnerPluginID        string
+	// NativeBinding is the harness's native session binding (opaque JSON).
+	NativeBinding string
+	// Fence is the fence of the last write; Updated its time.
+	Fence   string
+	Updated time.Time
+}
+
+// SessionUpdate is a set of session record fields to write under a lease; an
+// empty value deletes the field.
+type SessionUpdate map[string]string
+
+// OwnerUpdate is what an owner's successful turn writes: the whole record.
+func OwnerUpdate(r SessionRecord) SessionUpdate {
+	return SessionUpdate{
+		FieldSessionKey:           r.SessionKey,
+		FieldSessionID:            r.SessionID,
+		FieldStorePath:            r.StorePath,
+		FieldAgentID:              r.AgentID,
+		FieldModelSelectionLocked: strconv.FormatBool(r.ModelSelectionLocked),
+		FieldAgentHarnessID:       r.AgentHarnessID,
+		FieldOwnerPluginID:        r.OwnerPluginID,
+		FieldNativeBinding:        r.NativeBinding,
+	}
+}
+
+// BindingUpdate is what a delegate's turn writes: the native binding only.
+func BindingUpdate(binding string) SessionUpdate {
+	return SessionUpdate{FieldNativeBinding: binding}
+}
+
+// args flattens the update into script arguments, in a stable order.
+func (u SessionUpdate) args() []any {
+	out := make([]any, 0, 2*len(u))
+	for _, f := range sessionFields {
+		if v, ok := u[f]; ok {
+			out = append(out, f, v)
+		}
+	}
+	return out
+}
+
+var sessionFields = []string{
+	FieldSessionKey, FieldSessionID, FieldStorePath, FieldAgentID, FieldModelSelectionLocked,
+	FieldAgentHarnessID, FieldOwnerPluginID, FieldNativeBinding,
+}
+
+// Session reads sessionKey's record; ErrNotFound when there is none.
+func (s *Store) Session(ctx context.Context, sessionKey string) (*SessionRecord, error) {
+	m, err := s.rdb.HGetAll(ctx, keysFor(sessionKey).session()).Result()
+	if err != nil {
+		return nil, err
+	}
+	if len(m) == 0 {
+		return nil, ErrNotFound
+	}
+	updated, _ := strconv.ParseInt(m["updated"], 10, 64)
+	return &SessionRecord{
+		SessionKey:           m[FieldSessionKey],
+		SessionID:            m[FieldSessionID],
+		StorePath:            m[FieldStorePath],
+		AgentID:              m[FieldAgentID],
+		ModelSelectionLocked: m[FieldModelSelectionLocked] == "true",
+		AgentHarnessID:       m[FieldAgentHarnessID],
+		OwnerPluginID:        m[FieldOwnerPluginID],
+		NativeBinding:        m[FieldNativeBinding],
+		Fence:                m["fence"],
+		Updated:              time.UnixMilli(updated),
+	}, nil
+}

@@ -1,0 +1,77 @@
+package leases
+
+import (
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Known slots from Redis's CLUSTER KEYSLOT, so the check below is the real one.
+func TestHashSlotMatchesRedis(t *testing.T) {
+	for key, want := range map[string]int{
+		"foo": 12182, "bar": 5061, "123456789": 12739,
+		"{user1000}.following": hashSlot("user1000"), "teamster:{abc}:lease": hashSlot("abc"),
+	} {
+		if got := hashSlot(key); got != want {
+			t.Errorf("slot(%q) = %d, want %d", key, got, want)
+		}
+	}
+	if hashSlot(keysFor("a").lease()) == hashSlot(keysFor("b").lease()) && Tag("a") == Tag("b") {
+		t.Error("two sessions share a tag")
+	}
+}
+
+// Every script is given keys of one hash slot only. The client hook installed
+// by newStore checks each script call of every test in this package; this
+// test runs every script once more and shows the check covered all of them.
+func TestEveryScriptIsGivenKeysOfOneSlot(t *testing.T) {
+	s := newStore(t)
+	k := newKeeper(t, s, "w1", 5*time.Second, nil)
+	if _, err := s.Epoch(ctx, "sess"); err != nil {
+		t.Fatal(err)
+	}
+	accept(t, s, "sess", "a1", time.Minute)
+	accept(t, s, "sess", "a2", time.Minute)
+	accept(t, s, "sess", "a3", time.Minute)
+	if _, err := s.Unaccept(ctx, "sess", "a3"); err != nil {
+		t.Fatal(err)
+	}
+	l := mustClaim(t, k, "sess", "a1")
+	k.RenewNow(ctx)
+	if err := l.WriteSession(ctx, BindingUpdate("b")); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := l.Finish(ctx, Outcome{Code: OutcomeOK}); st != Finished {
+		t.Fatal(st)
+	}
+	l2 := mustClaim(t, k, "sess", "a2")
+	if err := l2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l2.Abandon(ctx, "lease_lost", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.MarkPublished(ctx, "sess", "a1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Due(ctx, 10, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Reap(ctx, DueEntry{Tag: Tag("sess"), AttemptID: "a1"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.GrantSource(ctx, "src", 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RevokeSource(ctx, "src"); err != nil {
+		t.Fatal(err)
+	}
+	for _, sc := range allScripts {
+		if _, ok := scriptsSeen.Load(sc.Hash()); !ok {
+			t.Errorf("script %s was never called, so its keys were never checked", sc.Hash()[:8])
+		}
+	}
+}
+
+func redisZ(score float64, member string) redis.Z { return redis.Z{Score: score, Member: member} }

@@ -1,0 +1,250 @@
+// Package leases is teamster's Redis state: session leases with fencing tokens,
+// the per-session order, attempt records and their first-writer-wins outcomes,
+// the session record, source authorities and the reaper's index. Every state
+// change is one Lua script over the keys of one hash slot (scripts.go).
+package leases
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/teamster-fleet/teamster"
+)
+
+// Attempt states.
+const (
+	StateAccepted = "accepted"
+	StateClaimed  = "claimed"
+	StateFinished = "finished"
+)
+
+// OutcomeOK is the outcome recorded for an attempt that finished without error;
+// any other outcome is an error code.
+const OutcomeOK = "ok"
+
+// Defaults.
+const (
+	// FinishedTTL is how long a finished attempt record stays, for answering
+	// resubmits and republishing; it matches the results stream's max age.
+	FinishedTTL = 24 * time.Hour
+	// SeqReservation is how many event seq numbers a claim reserves ahead; the
+	// reaper's result continues after the reservation, so it may follow a gap
+	// but never repeats a seq a worker sent.
+	SeqReservation = 256
+)
+
+// Store runs teamster's scripts against one Redis (or Redis Cluster: every
+// script stays within one slot).
+type Store struct {
+	rdb redis.UniversalClient
+}
+
+// NewStore returns a Store on rdb.
+func NewStore(rdb redis.UniversalClient) *Store { return &Store{rdb: rdb} }
+
+// Client is the Redis client the store uses.
+func (s *Store) Client() redis.UniversalClient { return s.rdb }
+
+// Load loads every script into Redis's script cache, so pipelines can use
+// EVALSHA. Run it at start-up; calls reload on their own when Redis forgot
+// them (a restart).
+func (s *Store) Load(ctx context.Context) error {
+	for _, sc := range allScripts {
+		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
+			return fmt.Errorf("load script: %w", err)
+		}
+	}
+	return nil
+}
+
+// Ping checks that Redis answers.
+func (s *Store) Ping(ctx context.Context) error { return s.rdb.Ping(ctx).Err() }
+
+func newEpoch() string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("leases: crypto/rand failed: " + err.Error())
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// Epoch returns the fence epoch of sessionKey's session, starting a new one when
+// Redis has none (a new session, or a Redis that lost its data).
+func (s *Store) Epoch(ctx context.Context, sessionKey string) (string, error) {
+	k := keysFor(sessionKey)
+	return epochScript.Run(ctx, s.rdb, []string{k.fence()}, newEpoch()).Text()
+}
+
+// AcceptArgs describes an attempt being accepted.
+type AcceptArgs struct {
+	SessionKey   string
+	AttemptID    string
+	HarnessID    string
+	ReplyTo      string
+	QueueTimeout time.Duration
+	// RunBudget is how long the attempt may run once claimed (timeout plus
+	// settlement); it bounds the record's lifetime.
+	RunBudget time.Duration
+	// Reply is the encoded submit reply, returned to anyone resubmitting the id.
+	Reply []byte
+}
+
+// Accepted is the outcome of Accept.
+type Accepted struct {
+	// New is true when this call accepted the attempt, false for a resubmit of
+	// a known id.
+	New bool
+	// State is the attempt's state (accepted for a new attempt).
+	State string
+	// Reply is the stored submit reply of a known attempt.
+	Reply []byte
+	// Deadline is the attempt's queue deadline.
+	Deadline time.Time
+}
+
+// Accept records an attempt as accepted: first the reaper's index, then, in one
+// script, the attempt record and its place at the end of its session's order.
+// A crash between the two leaves an index entry that the reaper drops, never
+// an order entry the reaper cannot see. A known attempt id is answered from its
+// record and never appended twice.
+func (s *Store) Accept(ctx context.Context, a AcceptArgs) (Accepted, error) {
+	k := keysFor(a.SessionKey)
+	// The index score is a hint: the reaper decides from the record, on
+	// Redis's clock, and reschedules what is not yet due.
+	due := time.Now().Add(a.QueueTimeout)
+	if err := s.rdb.ZAddNX(ctx, ReaperIndexKey, redis.Z{Score: float64(due.UnixMilli()), Member: indexMember(k.tag, a.AttemptID)}).Err(); err != nil {
+		return Accepted{}, fmt.Errorf("reaper index: %w", err)
+	}
+	ttl := a.QueueTimeout + a.RunBudget + FinishedTTL
+	res, err := acceptScript.Run(ctx, s.rdb, []string{k.attempt(a.AttemptID), k.order()},
+		a.AttemptID, a.QueueTimeout.Milliseconds(), ttl.Milliseconds(),
+		"harness", a.HarnessID, "replyTo", a.ReplyTo, "reply", a.Reply,
+	).StringSlice()
+	if err != nil {
+		return Accepted{}, fmt.Errorf("accept: %w", err)
+	}
+	if len(res) != 4 {
+		return Accepted{}, fmt.Errorf("accept: unexpected reply %q", res)
+	}
+	deadline, _ := strconv.ParseInt(res[3], 10, 64)
+	return Accepted{New: res[0] == "accepted", State: res[1], Reply: []byte(res[2]), Deadline: time.UnixMilli(deadline)}, nil
+}
+
+// Unaccept removes an attempt whose publish failed, only while it is still
+// queued. It reports whether it removed it. The reaper drops the index entry.
+func (s *Store) Unaccept(ctx context.Context, sessionKey, attemptID string) (bool, error) {
+	k := keysFor(sessionKey)
+	n, err := unacceptScript.Run(ctx, s.rdb, []string{k.attempt(attemptID), k.order()}, attemptID).Int()
+	return n == 1, err
+}
+
+// MarkPublished marks an attempt's outcome as durably published and drops it
+// from the reaper index, in one round trip.
+func (s *Store) MarkPublished(ctx context.Context, sessionKey, attemptID string) error {
+	return s.markPublished(ctx, Tag(sessionKey), attemptID)
+}
+
+func (s *Store) markPublished(ctx context.Context, tag, attemptID string) error {
+	k := sessionKeys{tag: tag}
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		markPublishedScript.EvalSha(ctx, p, []string{k.attempt(attemptID)})
+		p.ZRem(ctx, ReaperIndexKey, indexMember(tag, attemptID))
+		return nil
+	})
+	if isNoScript(err) {
+		if err := s.Load(ctx); err != nil {
+			return err
+		}
+		return s.markPublished(ctx, tag, attemptID)
+	}
+	return err
+}
+
+// AttemptRecord is an attempt's record as stored.
+type AttemptRecord struct {
+	State     string
+	HarnessID string
+	ReplyTo   string
+	Reply     []byte
+	Deadline  time.Time
+	WorkerID  string
+	Fence     string
+	SeqMax    int64
+	Outcome   string
+	Result    []byte
+	Published bool
+}
+
+// ErrNotFound says a record does not exist.
+var ErrNotFound = errors.New("not found")
+
+// Attempt reads an attempt's record; ErrNotFound when there is none.
+func (s *Store) Attempt(ctx context.Context, sessionKey, attemptID string) (*AttemptRecord, error) {
+	return s.attemptByTag(ctx, Tag(sessionKey), attemptID)
+}
+
+func (s *Store) attemptByTag(ctx context.Context, tag, attemptID string) (*AttemptRecord, error) {
+	m, err := s.rdb.HGetAll(ctx, sessionKeys{tag: tag}.attempt(attemptID)).Result()
+	if err != nil {
+		return nil, err
+	}
+	if len(m) == 0 {
+		return nil, ErrNotFound
+	}
+	deadline, _ := strconv.ParseInt(m["deadline"], 10, 64)
+	seq, _ := strconv.ParseInt(m["seqmax"], 10, 64)
+	return &AttemptRecord{
+		State: m["state"], HarnessID: m["harness"], ReplyTo: m["replyTo"], Reply: []byte(m["reply"]),
+		Deadline: time.UnixMilli(deadline), WorkerID: m["worker"], Fence: m["fence"], SeqMax: seq,
+		Outcome: m["outcome"], Result: []byte(m["result"]), Published: m["published"] == "1",
+	}, nil
+}
+
+// Order returns the attempt ids in sessionKey's order, head first.
+func (s *Store) Order(ctx context.Context, sessionKey string) ([]string, error) {
+	return s.rdb.LRange(ctx, keysFor(sessionKey).order(), 0, -1).Result()
+}
+
+// LeaseInfo is a session's lease as stored.
+type LeaseInfo struct {
+	Holder    string
+	AttemptID string
+	Fence     string
+	TTL       time.Duration
+}
+
+// LeaseOf reads sessionKey's lease; ErrNotFound when none is held.
+func (s *Store) LeaseOf(ctx context.Context, sessionKey string) (*LeaseInfo, error) {
+	k := keysFor(sessionKey)
+	var get *redis.MapStringStringCmd
+	var ttl *redis.DurationCmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		get = p.HGetAll(ctx, k.lease())
+		ttl = p.PTTL(ctx, k.lease())
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	m := get.Val()
+	if len(m) == 0 {
+		return nil, ErrNotFound
+	}
+	return &LeaseInfo{Holder: m["holder"], AttemptID: m["attempt"], Fence: m["fence"], TTL: ttl.Val()}, nil
+}
+
+// fenced turns a refusal into the lease_lost error.
+func fenced(what string) error {
+	return teamster.Errorf(teamster.CodeLeaseLost, "%s refused: the lease is no longer held under this fence", what)
+}
+
+func isNoScript(err error) bool {
+	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
+}
