@@ -1,0 +1,202 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/teamster-fleet/teamster"
+	"github.com/teamster-fleet/teamster/bus"
+	"github.com/teamster-fleet/teamster/internal/testenv"
+)
+
+func connect(t *testing.T) (*testenv.NATS, *nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	srv := testenv.NewNATS(t)
+	nc, err := srv.Connect(t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, nc, js
+}
+
+// Streams, bucket and consumers are created idempotently: set-up run again (as
+// every router and worker does at start-up) leaves one of each, configured as
+// the contract says.
+func TestSetupIsIdempotent(t *testing.T) {
+	_, _, js := connect(t)
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		if _, err := bus.Setup(ctx, js, bus.StreamOptions{}); err != nil {
+			t.Fatalf("setup run %d: %v", i+1, err)
+		}
+		if _, err := bus.EnsureHarnessConsumer(ctx, js, "codex"); err != nil {
+			t.Fatalf("consumer run %d: %v", i+1, err)
+		}
+	}
+	var names []string
+	for n := range js.StreamNames(ctx).Name() {
+		names = append(names, n)
+	}
+	// The KV bucket is the stream KV_TEAMSTER_WORKERS.
+	if len(names) != 3 {
+		t.Fatalf("streams %v, want TEAMSTER_ATTEMPTS, TEAMSTER_RESULTS and KV_TEAMSTER_WORKERS", names)
+	}
+	att, err := js.Stream(ctx, bus.StreamAttempts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ai := att.CachedInfo()
+	if ai.Config.Retention != jetstream.WorkQueuePolicy || ai.Config.Storage != jetstream.FileStorage || ai.Config.Duplicates != bus.DuplicateWindow {
+		t.Fatalf("attempts stream config %+v", ai.Config)
+	}
+	res, err := js.Stream(ctx, bus.StreamResults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := res.CachedInfo().Config
+	if rc.MaxMsgsPerSubject != 1 || rc.Discard != jetstream.DiscardNew || !rc.DiscardNewPerSubject || rc.MaxAge != 24*time.Hour {
+		t.Fatalf("results stream config %+v", rc)
+	}
+	kv, err := js.KeyValue(ctx, bus.BucketWorkers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil || st.TTL() != bus.WorkersTTL {
+		t.Fatalf("bucket TTL %v (%v), want %s", st.TTL(), err, bus.WorkersTTL)
+	}
+	var consumers []string
+	for n := range att.ConsumerNames(ctx).Name() {
+		consumers = append(consumers, n)
+	}
+	if len(consumers) != 1 || consumers[0] != "harness_codex" {
+		t.Fatalf("consumers %v, want [harness_codex]", consumers)
+	}
+	c, err := att.Consumer(ctx, "harness_codex")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := c.CachedInfo().Config
+	if cc.MaxDeliver != -1 || cc.AckPolicy != jetstream.AckExplicitPolicy || cc.FilterSubject != "teamster.attempt.codex" {
+		t.Fatalf("consumer config %+v", cc)
+	}
+}
+
+// The same attempt id published twice within the duplicate window is stored
+// once.
+func TestSameAttemptIDIsStoredOnce(t *testing.T) {
+	_, _, js := connect(t)
+	ctx := context.Background()
+	if _, err := bus.Setup(ctx, js, bus.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a := &bus.Attempt{V: 1, AttemptID: "01J00000000000000000000001", AgentID: "main", SessionKey: "s", SessionID: "s1",
+		Provider: "openai", ModelID: "gpt-5", Prompt: "hi"}
+	a.ApplyDefaults()
+	dup, err := bus.PublishAttempt(ctx, js, "codex", a, nil)
+	if err != nil || dup {
+		t.Fatalf("first publish: dup=%v err=%v", dup, err)
+	}
+	a.Prompt = "a resubmit with other content is still the same attempt"
+	dup, err = bus.PublishAttempt(ctx, js, "codex", a, nil)
+	if err != nil || !dup {
+		t.Fatalf("second publish: dup=%v err=%v, want a duplicate", dup, err)
+	}
+	s, _ := js.Stream(ctx, bus.StreamAttempts)
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 1 {
+		t.Fatalf("stream holds %d messages, want 1", info.State.Msgs)
+	}
+	m, err := s.GetMsg(ctx, info.State.FirstSeq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := bus.DecodeAttempt(m.Data)
+	if err != nil || got.Prompt != "hi" {
+		t.Fatalf("stored attempt %+v (%v), want the first one", got, err)
+	}
+}
+
+// The results stream keeps the first result of an attempt: the same bytes
+// again are accepted as already stored (a retry), a different result is
+// refused with ErrResultExists, also past the duplicate window (a different
+// message id).
+func TestFirstResultStays(t *testing.T) {
+	_, nc, js := connect(t)
+	ctx := context.Background()
+	if _, err := bus.Setup(ctx, js, bus.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	first := &bus.Result{V: 1, AttemptID: "a1", Status: teamster.StatusOK, WorkerID: "w1", AssistantTexts: []string{"hello"}}
+	if err := bus.PublishResult(ctx, js, first); err != nil {
+		t.Fatalf("first result: %v", err)
+	}
+	if err := bus.PublishResult(ctx, js, first); err != nil {
+		t.Fatalf("the same result again: %v, want accepted as stored", err)
+	}
+	second := bus.NewErrorResult("a1", teamster.Errorf(teamster.CodeWorkerLost, "lost").WithSideEffects(teamster.SideEffectsPossible))
+	if err := bus.PublishResult(ctx, js, second); !errors.Is(err, bus.ErrResultExists) {
+		t.Fatalf("a different result: %v, want ErrResultExists", err)
+	}
+	// A writer without the message id (past the duplicate window) is refused
+	// by the one-per-subject limit.
+	body, _ := bus.Encode(second)
+	if _, err := js.Publish(ctx, "teamster.result.a1", body); err == nil {
+		t.Fatal("a second message on a result subject was stored")
+	}
+	got, err := bus.GetResult(ctx, js, "a1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != teamster.StatusOK || got.WorkerID != "w1" {
+		t.Fatalf("stored result %+v, want the first", got)
+	}
+	if _, err := bus.GetResult(ctx, js, "nope"); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Fatalf("missing result: %v, want ErrMsgNotFound", err)
+	}
+	_ = nc
+}
+
+// The embedded server keeps its streams across a restart on the same store.
+func TestEmbeddedServerKeepsStreamsAcrossRestart(t *testing.T) {
+	srv, nc, js := connect(t)
+	ctx := context.Background()
+	if _, err := bus.Setup(ctx, js, bus.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r := &bus.Result{V: 1, AttemptID: "kept", Status: teamster.StatusOK, AssistantTexts: []string{}}
+	if err := bus.PublishResult(ctx, js, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !nc.IsConnected() && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	var got *bus.Result
+	var err error
+	for time.Now().Before(deadline) {
+		if got, err = bus.GetResult(ctx, js, "kept"); err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil || got.AttemptID != "kept" {
+		t.Fatalf("result after restart: %+v %v", got, err)
+	}
+}
