@@ -25,7 +25,7 @@ type EmbeddedOptions struct {
 	ServerName string
 	// Logger, when set, receives the server's notices and errors.
 	Logger server.Logger
-	// ReadyTimeout bounds start-up; default 10s.
+	// ReadyTimeout bounds start-up; default 30s.
 	ReadyTimeout time.Duration
 }
 
@@ -43,7 +43,7 @@ func StartEmbedded(o EmbeddedOptions) (*server.Server, error) {
 		o.ServerName = "teamster"
 	}
 	if o.ReadyTimeout == 0 {
-		o.ReadyTimeout = 10 * time.Second
+		o.ReadyTimeout = 30 * time.Second
 	}
 	opts := &server.Options{
 		ServerName: o.ServerName,
@@ -57,7 +57,10 @@ func StartEmbedded(o EmbeddedOptions) (*server.Server, error) {
 		NoSigs:     true,
 		NoLog:      o.Logger == nil,
 	}
-	if o.Port < 0 {
+	switch {
+	case o.Port == 0:
+		opts.Port = server.RANDOM_PORT // the server's 0 means its default, 4222
+	case o.Port < 0:
 		opts.DontListen = true
 		opts.Port = 0
 	}

@@ -26,8 +26,9 @@ const (
 	// ConsumerAckWait is how long a fetched attempt may stay unacknowledged
 	// before JetStream delivers it again. A worker acknowledges (or naks) right
 	// after its claim script, so this only matters when a worker dies between
-	// fetch and claim.
-	ConsumerAckWait = 30 * time.Second
+	// fetch and ack; a redelivery after a slow claim is harmless (the claim
+	// script answers "done").
+	ConsumerAckWait = 5 * time.Second
 )
 
 // StreamOptions tunes the streams for a deployment.

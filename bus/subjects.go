@@ -47,6 +47,10 @@ const (
 
 	// HeaderMsgID is JetStream's de-duplication header.
 	HeaderMsgID = "Nats-Msg-Id"
+	// HeaderDelegate carries a delegate's plugin id on an attempt message.
+	// Only routers set it (NATS permissions keep everyone else off
+	// teamster.attempt.>), from the subject the delegate submitted on.
+	HeaderDelegate = "Teamster-Delegate"
 )
 
 const (

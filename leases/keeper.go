@@ -237,8 +237,10 @@ func (k *Keeper) RenewNow(ctx context.Context) {
 	if len(leases) == 0 {
 		return
 	}
-	timeout := min(k.interval, k.margin/2)
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	// Self-fencing runs on each lease's own timer, so a slow round cannot
+	// delay it; the timeout only keeps a hung connection from holding the
+	// loop past the next round.
+	ctx, cancel := context.WithTimeout(ctx, k.interval)
 	defer cancel()
 	sentAt := k.clock.Now()
 	cmds, reserved, err := k.renewPipeline(ctx, leases)

@@ -1,0 +1,247 @@
+// Package client is the Go API of teamster for gateways and delegates:
+// Submit an attempt and follow its events and its one terminal result, read a
+// result from the durable stream, cancel a running attempt.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/teamster-fleet/teamster"
+	"github.com/teamster-fleet/teamster/bus"
+)
+
+// Client talks to a teamster fleet over one NATS connection, which the caller
+// owns.
+type Client struct {
+	nc *nats.Conn
+	js jetstream.JetStream
+}
+
+// New returns a client on nc.
+func New(nc *nats.Conn) (*Client, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{nc: nc, js: js}, nil
+}
+
+// Conn is the client's NATS connection.
+func (c *Client) Conn() *nats.Conn { return c.nc }
+
+// ErrNoResult says an attempt has no durable result (yet, or any more: results
+// are kept 24 hours).
+var ErrNoResult = errors.New("no result for this attempt")
+
+// eventBuffer is how many events a Handle buffers for a slow reader; events
+// beyond it are dropped (the result never is).
+const eventBuffer = 1024
+
+// Handle follows one submitted attempt.
+type Handle struct {
+	// Reply is the router's answer: accepted (with the selection record),
+	// fallback or rejected.
+	Reply *bus.SubmitReply
+
+	c       *Client
+	sub     *nats.Subscription
+	events  chan bus.Event
+	result  chan *bus.Result
+	mu      sync.Mutex
+	done    bool
+	dropped int
+	closeMu sync.Once
+}
+
+// AttemptID is the attempt's id (assigned by the router when the submitter
+// gave none).
+func (h *Handle) AttemptID() string { return h.Reply.AttemptID }
+
+// Submit submits a prepared attempt on teamster.submit and follows it. The
+// reply subject is a fresh inbox unless the attempt names one. It returns the
+// handle and, when the router rejected the attempt, the rejection as a
+// *teamster.Error (the handle still carries the reply and its selection
+// record). A fallback reply is not an error: the gateway runs the turn itself.
+func (c *Client) Submit(ctx context.Context, a *bus.Attempt) (*Handle, error) {
+	return c.submit(ctx, bus.SubjectSubmit, a)
+}
+
+func (c *Client) submit(ctx context.Context, subject string, a *bus.Attempt) (*Handle, error) {
+	at := *a
+	if at.V == 0 {
+		at.V = bus.Version
+	}
+	if at.ReplyTo == "" {
+		at.ReplyTo = c.nc.NewInbox()
+	}
+	h := &Handle{c: c, events: make(chan bus.Event, eventBuffer), result: make(chan *bus.Result, 1)}
+	sub, err := c.nc.Subscribe(at.ReplyTo, h.onEvent)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe %s: %w", at.ReplyTo, err)
+	}
+	_ = sub.SetPendingLimits(-1, -1)
+	h.mu.Lock()
+	h.sub = sub
+	h.mu.Unlock()
+	body, err := bus.Encode(&at)
+	if err != nil {
+		h.Close()
+		return nil, err
+	}
+	msg, err := c.nc.RequestWithContext(ctx, subject, body)
+	if err != nil {
+		h.Close()
+		if errors.Is(err, nats.ErrNoResponders) {
+			return nil, teamster.Errorf(teamster.CodeInternal, "no router is serving %s", subject)
+		}
+		return nil, err
+	}
+	var rep bus.SubmitReply
+	if err := bus.Decode(msg.Data, &rep); err != nil {
+		h.Close()
+		return nil, fmt.Errorf("submit reply: %w", err)
+	}
+	h.mu.Lock()
+	h.Reply = &rep
+	h.mu.Unlock()
+	if rep.Status != bus.StatusAccepted {
+		h.Close()
+		return h, rep.Err()
+	}
+	return h, nil
+}
+
+func (h *Handle) onEvent(m *nats.Msg) {
+	var e bus.Event
+	if err := bus.Decode(m.Data, &e); err != nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.done || (h.Reply != nil && e.AttemptID != h.Reply.AttemptID) {
+		// Events after the result are ignored (DESIGN.md).
+		return
+	}
+	if e.Type == bus.EventResult {
+		var r bus.Result
+		if err := bus.Decode(e.Data, &r); err != nil {
+			return
+		}
+		h.done = true
+		h.result <- &r
+	}
+	select {
+	case h.events <- e:
+	default:
+		h.dropped++
+	}
+	if h.done {
+		close(h.events)
+	}
+}
+
+// Events delivers the attempt's events in order, the result event last; the
+// channel is closed after the result event. A reader that falls more than
+// 1,024 events behind loses events (Dropped counts them), never the result.
+func (h *Handle) Events() <-chan bus.Event { return h.events }
+
+// Dropped is the number of events dropped for a slow reader.
+func (h *Handle) Dropped() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.dropped
+}
+
+// Result waits for the attempt's terminal result: the result event, or, when
+// that event was lost (a disconnect, a dropped subscription), the durable
+// result, which it checks every few seconds.
+func (h *Handle) Result(ctx context.Context) (*bus.Result, error) {
+	if h.Reply == nil || h.Reply.Status != bus.StatusAccepted {
+		return nil, errors.New("the attempt was not accepted")
+	}
+	t := time.NewTicker(3 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case r := <-h.result:
+			h.result <- r // keep it for later calls
+			return r, nil
+		case <-t.C:
+			if r, err := h.c.Result(ctx, h.AttemptID()); err == nil {
+				return r, nil
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Close stops following the attempt. The attempt itself goes on.
+func (h *Handle) Close() {
+	h.closeMu.Do(func() {
+		h.mu.Lock()
+		sub := h.sub
+		h.mu.Unlock()
+		if sub != nil {
+			_ = sub.Unsubscribe()
+		}
+	})
+}
+
+// Result reads an attempt's durable result from TEAMSTER_RESULTS; ErrNoResult
+// when there is none.
+func (c *Client) Result(ctx context.Context, attemptID string) (*bus.Result, error) {
+	r, err := bus.GetResult(ctx, c.js, attemptID)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, ErrNoResult
+	}
+	return r, err
+}
+
+// WaitResult polls the durable stream until the attempt's result is there.
+func (c *Client) WaitResult(ctx context.Context, attemptID string) (*bus.Result, error) {
+	for {
+		r, err := c.Result(ctx, attemptID)
+		if !errors.Is(err, ErrNoResult) {
+			return r, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// Cancel asks the worker running attemptID to cancel it; the attempt then
+// ends with status cancelled. An attempt that is not running (queued,
+// finished, unknown) is no_active_run.
+func (c *Client) Cancel(ctx context.Context, attemptID, reason string) error {
+	subj, err := bus.RunCancelSubject(attemptID)
+	if err != nil {
+		return err
+	}
+	body, err := bus.Encode(&bus.CancelRequest{V: bus.Version, Reason: reason})
+	if err != nil {
+		return err
+	}
+	msg, err := c.nc.RequestWithContext(ctx, subj, body)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return teamster.Errorf(teamster.CodeNoActiveRun, "attempt %s is not running", attemptID)
+	}
+	if err != nil {
+		return err
+	}
+	var rep bus.Reply
+	if err := bus.Decode(msg.Data, &rep); err != nil {
+		return fmt.Errorf("cancel reply: %w", err)
+	}
+	return rep.Err()
+}

@@ -1,0 +1,373 @@
+package scripted
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/teamster-fleet/teamster"
+	"github.com/teamster-fleet/teamster/bus"
+	"github.com/teamster-fleet/teamster/harness"
+	"github.com/teamster-fleet/teamster/injection"
+	"github.com/teamster-fleet/teamster/selection"
+)
+
+// Fingerprint is the runtime artifact fingerprint of this implementation. A
+// run asked to capture its runtime artifact returns {id: <harness id>,
+// fingerprint: Fingerprint}.
+const Fingerprint = "scripted/1"
+
+// Options configure a scripted harness.
+type Options struct {
+	// Ledger, when set, records the start and end of every run.
+	Ledger Ledger
+}
+
+// Harness is the scripted harness. It is safe for concurrent use; each run
+// keeps its own state.
+type Harness struct {
+	m    selection.Manifest
+	opts Options
+}
+
+var (
+	_ harness.Harness           = (*Harness)(nil)
+	_ harness.Resetter          = (*Harness)(nil)
+	_ harness.ArtifactValidator = (*Harness)(nil)
+)
+
+// New returns a scripted harness registered with manifest m.
+func New(m selection.Manifest, o Options) *Harness {
+	return &Harness{m: m, opts: o}
+}
+
+// Manifest returns the harness's manifest.
+func (h *Harness) Manifest() selection.Manifest { return h.m }
+
+// Supports applies the standard route contract to the manifest
+// (harness.SupportsManifest).
+func (h *Harness) Supports(a *bus.Attempt) (bool, string) {
+	return harness.SupportsManifest(h.m, a)
+}
+
+// Reset does nothing: the scripted harness's binding lives in the session
+// record only.
+func (h *Harness) Reset(ctx context.Context, sessionKey string, binding json.RawMessage) error {
+	return nil
+}
+
+// ValidateRuntimeArtifact accepts exactly the artifact this harness captures:
+// {id: <harness id>, fingerprint: Fingerprint}; anything else is
+// runtime_artifact_mismatch.
+func (h *Harness) ValidateRuntimeArtifact(ctx context.Context, a bus.RuntimeArtifact) error {
+	if a != h.artifact() {
+		return teamster.Errorf(teamster.CodeRuntimeArtifactMismatch, "scripted: the expected runtime artifact is not this harness's")
+	}
+	return nil
+}
+
+func (h *Harness) artifact() bus.RuntimeArtifact {
+	return bus.RuntimeArtifact{ID: h.m.ID, Fingerprint: Fingerprint}
+}
+
+// RunAttempt plays the attempt's script, or echoes its prompt (see the
+// package doc). Every error it returns is a *teamster.Error.
+func (h *Harness) RunAttempt(ctx context.Context, run *harness.Run) (*harness.Outcome, error) {
+	if run == nil || run.Attempt == nil {
+		return nil, failed("the run has no attempt")
+	}
+	if run.Host == nil {
+		return nil, failed("the run has no host")
+	}
+	h.record(run, EventStart)
+	q := newQueue()
+	defer func() {
+		q.end()
+		h.record(run, EventEnd)
+	}()
+	if err := ctx.Err(); err != nil {
+		return nil, ctxError(ctx)
+	}
+	if want := run.Attempt.ExpectedRuntimeArtifact; want != nil {
+		if err := h.ValidateRuntimeArtifact(ctx, *want); err != nil {
+			return nil, err
+		}
+	}
+	steps, err := parsePrompt(run.Attempt.Prompt)
+	if err != nil {
+		return nil, err
+	}
+	switch h.m.InjectionLevel() {
+	case selection.InjectionV2:
+		run.SetInjector(v2Handle{q: q})
+	case selection.InjectionV1:
+		run.SetInjector(v1Handle{q: q})
+	}
+	p := &player{ctx: ctx, host: run.Host, q: q, out: &harness.Outcome{AssistantTexts: []string{}}}
+	for _, s := range steps {
+		if ctx.Err() != nil {
+			return nil, ctxError(ctx)
+		}
+		if err := p.play(s); err != nil {
+			return nil, err
+		}
+	}
+	p.out.NativeSession = nextBinding(run.Binding, run.Attempt.SessionID)
+	if run.Attempt.CaptureRuntimeArtifact {
+		a := h.artifact()
+		p.out.RuntimeArtifact = &a
+	}
+	return p.out, nil
+}
+
+// record writes one ledger entry, when the harness has a ledger.
+func (h *Harness) record(run *harness.Run, event string) {
+	if h.opts.Ledger == nil {
+		return
+	}
+	h.opts.Ledger.Record(Entry{
+		Event: event, Session: run.Attempt.SessionKey, Attempt: run.Attempt.AttemptID,
+		Worker: run.WorkerID, Fence: run.Fence, Delegate: run.Delegate,
+		TimeNs: time.Now().UnixNano(),
+	})
+}
+
+// player plays the steps of one run.
+type player struct {
+	ctx   context.Context
+	host  harness.Host
+	q     *queue
+	out   *harness.Outcome
+	tools int // tool steps played so far
+	usage int // usage steps played so far
+}
+
+// Event data the harness emits.
+type (
+	textData struct {
+		Text string `json:"text"`
+	}
+	agentData struct {
+		Kind string `json:"kind"`
+		Text string `json:"text"`
+	}
+	// toolData describes one tool call and its outcome.
+	toolData struct {
+		CallID  string          `json:"callId"`
+		Name    string          `json:"name"`
+		Args    json.RawMessage `json:"args,omitempty"`
+		Outcome string          `json:"outcome"`
+		Result  json.RawMessage `json:"result,omitempty"`
+		Error   json.RawMessage `json:"error,omitempty"`
+	}
+)
+
+// Agent event kinds.
+const (
+	agentReasoning = "reasoning"
+	agentPlan      = "plan"
+)
+
+// play runs one step.
+func (p *player) play(s step) error {
+	switch s.kind {
+	case stepSay:
+		if err := p.emit(bus.EventPartial, textData{Text: s.text}); err != nil {
+			return err
+		}
+		p.out.AssistantTexts = append(p.out.AssistantTexts, s.text)
+	case stepReason:
+		if err := p.emit(bus.EventAgent, agentData{Kind: agentReasoning, Text: s.text}); err != nil {
+			return err
+		}
+		p.out.ReasoningText = appendText(p.out.ReasoningText, s.text)
+	case stepPlan:
+		if err := p.emit(bus.EventAgent, agentData{Kind: agentPlan, Text: s.text}); err != nil {
+			return err
+		}
+		p.out.PlanText = appendText(p.out.PlanText, s.text)
+	case stepSleep:
+		return p.sleep(time.Duration(s.n) * time.Millisecond)
+	case stepTool:
+		return p.tool(s.tool)
+	case stepUsage:
+		p.usage++
+		if err := p.host.ReportUsage(p.ctx, fmt.Sprintf("resp-%d", p.usage), s.n); err != nil {
+			return p.hostError("usage", err)
+		}
+	case stepAwaitInjection:
+		return p.awaitInjection(time.Duration(s.n) * time.Millisecond)
+	case stepFail:
+		return teamster.Errorf(teamster.CodeHarnessFailed, "%s", s.text)
+	default:
+		// parseStep admits only the steps above.
+		return failed("unknown step %s", quote(s.kind))
+	}
+	return nil
+}
+
+// appendText adds a piece of reasoning or plan text, one piece a line.
+func appendText(to, s string) string {
+	if to == "" {
+		return s
+	}
+	return to + "\n" + s
+}
+
+func (p *player) emit(eventType string, data any) error {
+	if err := p.host.Emit(p.ctx, eventType, data); err != nil {
+		return p.hostError("emit", err)
+	}
+	return nil
+}
+
+// sleep waits d, or until the context is done.
+func (p *player) sleep(d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-p.ctx.Done():
+		return ctxError(p.ctx)
+	}
+}
+
+// tool plays a tool step: the tool callback, a tool event, the result text,
+// then the terminal report.
+func (p *player) tool(t toolStep) error {
+	p.tools++
+	callID := fmt.Sprintf("call-%d", p.tools)
+	reply, err := p.host.Tool(p.ctx, bus.ToolCall{V: bus.Version, CallID: callID, Name: t.name, Args: t.args})
+	if err != nil {
+		return p.hostError("tool", err)
+	}
+	if reply == nil {
+		return failed("the host's tool callback for %s returned no reply", callID)
+	}
+	ev := toolData{CallID: callID, Name: t.name, Args: t.args}
+	if reply.Status == bus.StatusOK {
+		ev.Outcome = bus.OutcomeSuccess
+		ev.Result = reply.Result
+		if len(ev.Result) == 0 {
+			ev.Result = json.RawMessage("null")
+		}
+	} else {
+		ev.Outcome = bus.OutcomeFailure
+		e := reply.Error
+		if e == nil {
+			e = teamster.Errorf(teamster.CodeHarnessFailed, "the host refused the tool call without an error")
+		}
+		b, err := json.Marshal(e)
+		if err != nil {
+			return failed("encoding the error of %s: %v", callID, err)
+		}
+		ev.Error = b
+	}
+	if err := p.emit(bus.EventTool, ev); err != nil {
+		return err
+	}
+	if ev.Outcome == bus.OutcomeSuccess {
+		p.out.AssistantTexts = append(p.out.AssistantTexts, string(ev.Result))
+	}
+	term, err := p.host.ToolTerminal(p.ctx, bus.ToolTerminal{
+		V: bus.Version, CallID: callID, Name: t.name, Args: t.args,
+		ExecutionStarted: true, Outcome: ev.Outcome, Error: ev.Error,
+	})
+	if err != nil {
+		return p.hostError("toolTerminal", err)
+	}
+	if term == nil {
+		return failed("the host's toolTerminal callback for %s returned no reply", callID)
+	}
+	if term.Status != bus.StatusOK {
+		return failed("the host refused the terminal report of %s: %v", callID, term.Error)
+	}
+	p.out.LastToolError = term.LastToolError
+	return nil
+}
+
+// awaitInjection waits up to d for injected input, then takes every queued
+// item: its text is appended to the assistant texts and it is settled
+// committed. An item whose assertion has fallen since it was queued is
+// settled rejected instead and never dispatched.
+func (p *player) awaitInjection(d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		if items := p.q.take(); len(items) > 0 {
+			p.commit(items)
+			return nil
+		}
+		select {
+		case <-p.q.notify:
+		case <-t.C:
+			p.commit(p.q.take())
+			return nil
+		case <-p.ctx.Done():
+			return ctxError(p.ctx)
+		}
+	}
+}
+
+func (p *player) commit(items []*item) {
+	for _, it := range items {
+		if it.assert != nil && !it.assert() {
+			it.settle(injection.Rejected)
+			continue
+		}
+		p.out.AssistantTexts = append(p.out.AssistantTexts, it.text)
+		it.settle(injection.Committed)
+	}
+}
+
+// hostError is the attempt's error after a failed host callback: the
+// context's error when it is done (the callback most likely failed because
+// of it), else the host's *teamster.Error, else harness_failed.
+func (p *player) hostError(call string, err error) error {
+	if p.ctx.Err() != nil {
+		return ctxError(p.ctx)
+	}
+	var te *teamster.Error
+	if errors.As(err, &te) && te != nil {
+		return te
+	}
+	return failed("host %s: %v", call, err)
+}
+
+// ctxError is the attempt's error once ctx is done: its cause when that is a
+// *teamster.Error, else deadline_exceeded or cancelled.
+func ctxError(ctx context.Context) error {
+	var te *teamster.Error
+	if errors.As(context.Cause(ctx), &te) && te != nil {
+		return te
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return teamster.Errorf(teamster.CodeDeadlineExceeded, "scripted: the attempt's deadline passed")
+	}
+	return teamster.Errorf(teamster.CodeCancelled, "scripted: the attempt was cancelled")
+}
+
+// binding is the scripted harness's native session binding.
+type binding struct {
+	Thread string `json:"thread"`
+	Turns  int64  `json:"turns"`
+}
+
+// nextBinding returns the binding after one more completed turn: the turns
+// of prev (0 when prev is absent or not a scripted binding) plus one.
+func nextBinding(prev json.RawMessage, sessionID string) json.RawMessage {
+	var b binding
+	var turns int64
+	if len(prev) > 0 && json.Unmarshal(prev, &b) == nil && b.Turns > 0 {
+		turns = b.Turns
+	}
+	if turns < math.MaxInt64 {
+		turns++
+	}
+	out, _ := json.Marshal(binding{Thread: "scripted-" + sessionID, Turns: turns})
+	return out
+}

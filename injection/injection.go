@@ -1,0 +1,95 @@
+// Package injection is active-run injection (DESIGN.md, "Injection"): the
+// authority kinds, the V1 and V2 handle types a harness's active run
+// implements, and the host-owned assertion that V2 handles call immediately
+// before they mutate their queue or dispatch.
+package injection
+
+import (
+	"encoding/json"
+	"sync"
+)
+
+// Kind is the authority an injection carries.
+type Kind string
+
+// Authority kinds.
+const (
+	// KindRun is ordinary input, bound to the backing run only.
+	KindRun Kind = "run"
+	// KindSourceBound is input whose source's lifetime also constrains
+	// dispatch: it may be dispatched only while the source is still
+	// authorised. It must never be relabelled as ordinary input.
+	KindSourceBound Kind = "source-bound"
+)
+
+// Settlement is how a queued input ended.
+type Settlement string
+
+// Settlements (reported once per item as an injection event).
+const (
+	Committed Settlement = "committed"
+	Cancelled Settlement = "cancelled"
+	Rejected  Settlement = "rejected"
+)
+
+// QueueOptions travel with one queued input.
+type QueueOptions struct {
+	// Images attached to the input.
+	Images []json.RawMessage
+	// DebounceMs lets a batching backend wait for more input before writing.
+	DebounceMs int64
+	// OnQueueAccepted reports admission only (true when the handle queued it).
+	OnQueueAccepted func(accepted bool)
+	// OnQueueSettled is called exactly once, when the input is committed,
+	// cancelled or rejected.
+	OnQueueSettled func(s Settlement)
+}
+
+// AssertFunc is the host-owned assertion of one injection: true while the
+// input may still be dispatched. Handles call it after their own awaited
+// preparation and immediately before queue mutation or dispatch, and again
+// before every retry.
+type AssertFunc func() bool
+
+// V1 is an active-run handle that accepts ordinary input only.
+type V1 interface {
+	QueueMessage(text string, opts QueueOptions) error
+}
+
+// V2 is an active-run handle that enforces the host's assertion for each input
+// and so may receive source-bound input.
+type V2 interface {
+	QueueMessage(text string, opts QueueOptions, assertCurrent AssertFunc, kind Kind) error
+}
+
+// Latch wraps a check so that once it has returned false (or the latch was
+// revoked) it returns false forever, whatever the check says later.
+type Latch struct {
+	mu      sync.Mutex
+	check   func() bool
+	revoked bool
+}
+
+// NewLatch returns a latch over check.
+func NewLatch(check func() bool) *Latch { return &Latch{check: check} }
+
+// Current runs the check unless the latch has already fallen.
+func (l *Latch) Current() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.revoked {
+		return false
+	}
+	if !l.check() {
+		l.revoked = true
+		return false
+	}
+	return true
+}
+
+// Revoke makes the latch false forever.
+func (l *Latch) Revoke() {
+	l.mu.Lock()
+	l.revoked = true
+	l.mu.Unlock()
+}

@@ -1,0 +1,213 @@
+// Package fleettest starts a whole fleet in one test process: a private
+// redis-server, a private embedded NATS, one router and workers hosting the
+// scripted harness, each with its own connections so that a test can kill
+// one. Nothing is faked.
+package fleettest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/redis/go-redis/v9"
+	"github.com/sirupsen/logrus"
+
+	"github.com/teamster-fleet/teamster/bus"
+	"github.com/teamster-fleet/teamster/client"
+	"github.com/teamster-fleet/teamster/harness/scripted"
+	"github.com/teamster-fleet/teamster/internal/testenv"
+	"github.com/teamster-fleet/teamster/router"
+	"github.com/teamster-fleet/teamster/selection"
+	"github.com/teamster-fleet/teamster/worker"
+)
+
+// Options shape a fleet.
+type Options struct {
+	// Workers to start; default 3.
+	Workers int
+	// Slots per worker; default 64.
+	Slots int
+	// LeaseTTL of the workers; default 2s, so lease faults resolve quickly.
+	LeaseTTL time.Duration
+	// DrainTimeout of the workers; default 30s.
+	DrainTimeout time.Duration
+	// ReaperInterval of the router; default 200ms.
+	ReaperInterval time.Duration
+	// Policy of the router; nil is all auto.
+	Policy *selection.Policy
+	// Verbose logs at debug level to the test log.
+	Verbose bool
+}
+
+// Fleet is a running fleet.
+type Fleet struct {
+	T       testing.TB
+	Opts    Options
+	Redis   *testenv.Redis
+	NATS    *testenv.NATS
+	Router  *router.Router
+	Workers []*worker.Worker
+	Client  *client.Client
+	Ledger  *scripted.MemoryLedger
+	Log     *logrus.Logger
+	// RDB is a Redis client for test inspection.
+	RDB *redis.Client
+}
+
+// Start starts a fleet for t; everything stops when t ends.
+func Start(t testing.TB, o Options) *Fleet {
+	t.Helper()
+	if o.Workers == 0 {
+		o.Workers = 3
+	}
+	if o.Slots == 0 {
+		o.Slots = 64
+	}
+	if o.LeaseTTL == 0 {
+		o.LeaseTTL = 2 * time.Second
+	}
+	if o.DrainTimeout == 0 {
+		o.DrainTimeout = 30 * time.Second
+	}
+	if o.ReaperInterval == 0 {
+		o.ReaperInterval = 200 * time.Millisecond
+	}
+	f := &Fleet{T: t, Opts: o, Redis: testenv.NewRedis(t), NATS: testenv.NewNATS(t), Ledger: &scripted.MemoryLedger{}}
+	f.Log = logrus.New()
+	f.Log.SetOutput(io.Discard)
+	if o.Verbose {
+		f.Log.SetOutput(testWriter{t})
+		f.Log.SetLevel(logrus.DebugLevel)
+	}
+	f.RDB = redis.NewClient(&redis.Options{Addr: f.Redis.Addr()})
+	t.Cleanup(func() { f.RDB.Close() })
+	f.StartRouter()
+	for i := 0; i < o.Workers; i++ {
+		f.StartWorker(fmt.Sprintf("w%d", i+1))
+	}
+	nc := f.Connect("client")
+	c, err := client.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Client = c
+	f.WaitRegistered(o.Workers)
+	return f
+}
+
+// Connect opens a NATS connection closed when the test ends.
+func (f *Fleet) Connect(name string) *nats.Conn {
+	f.T.Helper()
+	nc, err := nats.Connect(f.NATS.URL(), nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		f.T.Fatal(err)
+	}
+	f.T.Cleanup(nc.Close)
+	return nc
+}
+
+// StartRouter starts the router (once).
+func (f *Fleet) StartRouter() {
+	f.T.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: f.Redis.Addr()})
+	f.T.Cleanup(func() { rdb.Close() })
+	r, err := router.New(router.Params{NATS: f.Connect("router"), Redis: rdb, Policy: f.Opts.Policy,
+		Logger: f.Log.WithField("proc", "router"), ReaperInterval: f.Opts.ReaperInterval})
+	if err != nil {
+		f.T.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		f.T.Fatal(err)
+	}
+	f.T.Cleanup(r.Stop)
+	f.Router = r
+}
+
+// StartWorker starts a worker hosting the dev harnesses with its own NATS
+// connection and Redis client.
+func (f *Fleet) StartWorker(id string) *worker.Worker {
+	f.T.Helper()
+	cfg := worker.DevConfig(id, f.Opts.Slots)
+	cfg.LeaseTTLMs = f.Opts.LeaseTTL.Milliseconds()
+	cfg.DrainTimeoutMs = f.Opts.DrainTimeout.Milliseconds()
+	nc, err := nats.Connect(f.NATS.URL(), nats.Name(id), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		f.T.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: f.Redis.Addr()})
+	w, err := worker.New(worker.Params{Config: cfg, NATS: nc, Redis: rdb, Logger: f.Log.WithField("proc", id),
+		Env: worker.FactoryEnv{Ledger: f.Ledger}})
+	if err != nil {
+		f.T.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		f.T.Fatal(err)
+	}
+	f.T.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if w.Drain(ctx) != nil {
+			w.Kill()
+		}
+		nc.Close()
+		rdb.Close()
+	})
+	f.Workers = append(f.Workers, w)
+	return w
+}
+
+// Worker returns the worker with id, nil when none.
+func (f *Fleet) Worker(id string) *worker.Worker {
+	for _, w := range f.Workers {
+		if w.ID() == id {
+			return w
+		}
+	}
+	return nil
+}
+
+// WaitRegistered waits until the router sees harnesses of n live workers.
+func (f *Fleet) WaitRegistered(n int) {
+	f.T.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if len(f.Router.Manifests()) >= 2*n {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	f.T.Fatalf("the router did not see %d workers in the registry", n)
+}
+
+// Attempt is a prepared attempt for session that auto selection sends to the
+// scripted "codex" harness.
+func Attempt(session, prompt string) *bus.Attempt {
+	return &bus.Attempt{
+		V: bus.Version, AgentID: "main", SessionKey: session, SessionID: "sid-" + session, StorePath: "/var/openclaw/" + session,
+		Provider: "openai", ModelID: "gpt-5.6-sol",
+		ModelProvider: &selection.Route{RuntimePolicy: &selection.RuntimePolicy{CompatibleIDs: []string{"codex"}}, RequestTransportOverrides: "none"},
+		Prompt:        prompt,
+	}
+}
+
+// Script builds a scripted prompt from steps.
+func Script(steps ...string) string {
+	s := `{"script":[`
+	for i, st := range steps {
+		if i > 0 {
+			s += ","
+		}
+		s += st
+	}
+	return s + "]}"
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(p))
+	return len(p), nil
+}

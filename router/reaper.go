@@ -1,0 +1,159 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/sirupsen/logrus"
+
+	"github.com/teamster-fleet/teamster"
+	"github.com/teamster-fleet/teamster/bus"
+	"github.com/teamster-fleet/teamster/leases"
+)
+
+// Reaper settings.
+const (
+	reapBatch = 256
+	// reapVisibility hides handed-out entries from other routers' reapers;
+	// a router that dies mid-batch leaves them to be picked up after it.
+	reapVisibility = 30 * time.Second
+	// publishGrace is how long a worker's recorded outcome may stay
+	// unmarked before the reaper publishes it again.
+	publishGrace = 5 * time.Second
+)
+
+type reaperParams struct {
+	store    *leases.Store
+	js       jetstream.JetStream
+	nc       *nats.Conn
+	interval time.Duration
+	log      logrus.FieldLogger
+}
+
+// reaper settles what no worker will: queue_timeout for attempts nobody
+// claimed in time, worker_lost for attempts whose worker died, and it
+// republishes outcomes whose writer died before marking them published.
+// Every router runs one; there is no leader (leases.Store.Due hands each
+// entry to one reaper at a time, and every decision is first writer wins).
+type reaper struct {
+	reaperParams
+	stopCh   chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+}
+
+func newReaper(p reaperParams) *reaper {
+	return &reaper{reaperParams: p, stopCh: make(chan struct{})}
+}
+
+func (rp *reaper) start() {
+	rp.wg.Add(1)
+	go rp.loop()
+}
+
+func (rp *reaper) stop() {
+	rp.stopOnce.Do(func() { close(rp.stopCh) })
+	rp.wg.Wait()
+}
+
+func (rp *reaper) loop() {
+	defer rp.wg.Done()
+	t := time.NewTicker(rp.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-rp.stopCh:
+			return
+		case <-t.C:
+		}
+		for rp.sweep() == reapBatch {
+			// A full batch: more are due; keep going unless stopped.
+			select {
+			case <-rp.stopCh:
+				return
+			default:
+			}
+		}
+	}
+}
+
+// sweep handles one batch of due entries and returns how many there were.
+func (rp *reaper) sweep() int {
+	ctx, cancel := context.WithTimeout(context.Background(), reapVisibility/2)
+	defer cancel()
+	entries, err := rp.store.Due(ctx, reapBatch, reapVisibility)
+	if err != nil {
+		rp.log.Warn("reaper: " + err.Error())
+		return 0
+	}
+	for _, e := range entries {
+		rp.reap(ctx, e)
+	}
+	return len(entries)
+}
+
+func (rp *reaper) reap(ctx context.Context, e leases.DueEntry) {
+	log := rp.log.WithFields(logrus.Fields{"attempt": e.AttemptID, "session": e.Tag})
+	res, err := rp.store.Reap(ctx, e, publishGrace)
+	if err != nil {
+		log.Warn("reaper: " + err.Error())
+		return
+	}
+	if res.Action != leases.ReapPublish {
+		return
+	}
+	body := res.Result
+	if len(body) == 0 {
+		if body, err = fleetResult(e.AttemptID, res); err != nil {
+			log.Error("reaper: " + err.Error())
+			return
+		}
+	}
+	err = bus.PublishResultBody(ctx, rp.js, e.AttemptID, body)
+	switch {
+	case errors.Is(err, bus.ErrResultExists):
+		log.Info("reaper: a result was published before; nothing owed")
+	case err != nil:
+		log.Warn("reaper: publish failed; retried after the visibility window: " + err.Error())
+		return
+	default:
+		log.WithFields(logrus.Fields{"outcome": res.Outcome, "worker": res.WorkerID}).Info("reaper published the attempt's result")
+		if res.ReplyTo != "" {
+			ev := &bus.Event{V: bus.Version, AttemptID: e.AttemptID, Seq: res.SeqMax + 1, Type: bus.EventResult, Data: body}
+			if err := bus.SendEvent(rp.nc, res.ReplyTo, ev); err != nil {
+				log.Debug("reaper: result event not sent: " + err.Error())
+			}
+		}
+	}
+	if err := rp.store.MarkPublishedTag(ctx, e.Tag, e.AttemptID); err != nil {
+		log.Warn("reaper: mark published: " + err.Error())
+	}
+}
+
+// fleetResult builds the result of an outcome the fleet recorded
+// (queue_timeout, worker_lost). The bytes depend only on the record, so every
+// reaper that builds it builds the same bytes.
+func fleetResult(attemptID string, res leases.Reaped) ([]byte, error) {
+	var e *teamster.Error
+	switch teamster.Code(res.Outcome) {
+	case teamster.CodeQueueTimeout:
+		e = teamster.Errorf(teamster.CodeQueueTimeout, "no worker claimed the attempt before its queue deadline").
+			WithSideEffects(teamster.SideEffectsNone)
+	case teamster.CodeWorkerLost:
+		e = teamster.Errorf(teamster.CodeWorkerLost, "the worker running the attempt stopped renewing its lease").
+			WithSideEffects(teamster.SideEffectsPossible)
+	default:
+		code := teamster.Code(res.Outcome)
+		if !code.Valid() {
+			code = teamster.CodeInternal
+		}
+		e = teamster.Errorf(code, "the attempt ended with %s", res.Outcome).WithSideEffects(teamster.SideEffectsPossible)
+	}
+	r := bus.NewErrorResult(attemptID, e)
+	r.HarnessID, r.WorkerID, r.Fence = res.HarnessID, res.WorkerID, res.Fence
+	return bus.Encode(r)
+}

@@ -1,0 +1,142 @@
+// Package router is teamster's router daemon as a library: it serves
+// teamster.submit in queue group "routers" (validate, select, record, publish,
+// reply) and runs the reaper. Routers own nothing durable; any number run.
+// cmd/router is a thin main around it; tests start it in-process.
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+	"github.com/sirupsen/logrus"
+
+	"github.com/teamster-fleet/teamster/bus"
+	"github.com/teamster-fleet/teamster/leases"
+	"github.com/teamster-fleet/teamster/selection"
+)
+
+// Params are what a router needs. It uses, but does not own, the NATS
+// connection and the Redis client.
+type Params struct {
+	NATS  *nats.Conn
+	Redis redis.UniversalClient
+	// Policy is the runtime policy (OpenClaw's config shape); nil is all auto.
+	Policy *selection.Policy
+	Logger logrus.FieldLogger
+	// ReaperInterval is how often the reaper looks for due attempts;
+	// default 1s.
+	ReaperInterval time.Duration
+	// Concurrency bounds the requests handled at once; default 256.
+	Concurrency int
+}
+
+// Router serves submits and reaps.
+type Router struct {
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	store  *leases.Store
+	policy *selection.Policy
+	log    logrus.FieldLogger
+	sem    chan struct{}
+
+	registry *registryView
+	reaper   *reaper
+
+	mu       sync.Mutex
+	subs     []*nats.Subscription
+	inflight sync.WaitGroup
+}
+
+// New builds a router; Start runs it.
+func New(p Params) (*Router, error) {
+	if p.NATS == nil || p.Redis == nil {
+		return nil, errors.New("router: NATS and Redis are required")
+	}
+	if p.Logger == nil {
+		p.Logger = logrus.StandardLogger()
+	}
+	if p.ReaperInterval <= 0 {
+		p.ReaperInterval = time.Second
+	}
+	if p.Concurrency <= 0 {
+		p.Concurrency = 256
+	}
+	js, err := jetstream.New(p.NATS)
+	if err != nil {
+		return nil, fmt.Errorf("router: jetstream: %w", err)
+	}
+	r := &Router{nc: p.NATS, js: js, store: leases.NewStore(p.Redis), policy: p.Policy,
+		log: p.Logger.WithField("component", "router"), sem: make(chan struct{}, p.Concurrency)}
+	r.reaper = newReaper(reaperParams{store: r.store, js: js, nc: p.NATS, interval: p.ReaperInterval, log: r.log})
+	return r, nil
+}
+
+// Start sets up the streams, loads the scripts, starts watching the registry,
+// subscribes the router's subjects and starts the reaper.
+func (r *Router) Start(ctx context.Context) error {
+	kv, err := bus.Setup(ctx, r.js, bus.StreamOptions{})
+	if err != nil {
+		return fmt.Errorf("router: %w", err)
+	}
+	if err := r.store.Load(ctx); err != nil {
+		return fmt.Errorf("router: redis: %w", err)
+	}
+	r.registry, err = watchRegistry(ctx, kv, r.log)
+	if err != nil {
+		return fmt.Errorf("router: registry: %w", err)
+	}
+	if err := r.serve(bus.SubjectSubmit, r.onSubmit); err != nil {
+		return err
+	}
+	r.reaper.start()
+	r.log.Info("router serving")
+	return nil
+}
+
+// serve subscribes subject in queue group routers; each request is handled
+// in its own goroutine, at most Concurrency at once.
+func (r *Router) serve(subject string, h func(*nats.Msg)) error {
+	sub, err := r.nc.QueueSubscribe(subject, bus.QueueRouters, func(m *nats.Msg) {
+		r.sem <- struct{}{}
+		r.inflight.Add(1)
+		go func() {
+			defer func() { <-r.sem; r.inflight.Done() }()
+			h(m)
+		}()
+	})
+	if err != nil {
+		return fmt.Errorf("router: subscribe %s: %w", subject, err)
+	}
+	// Bodies up to 8 MiB may arrive; the router refuses them itself.
+	_ = sub.SetPendingLimits(64*1024, 256<<20)
+	r.mu.Lock()
+	r.subs = append(r.subs, sub)
+	r.mu.Unlock()
+	return nil
+}
+
+// Stop stops serving (queued requests go to other routers), finishes the
+// requests in hand, stops the reaper and the registry watch.
+func (r *Router) Stop() {
+	r.mu.Lock()
+	subs := r.subs
+	r.subs = nil
+	r.mu.Unlock()
+	for _, s := range subs {
+		_ = s.Drain()
+	}
+	r.inflight.Wait()
+	r.reaper.stop()
+	if r.registry != nil {
+		r.registry.stop()
+	}
+}
+
+// Manifests returns the harness manifests live workers advertise now.
+func (r *Router) Manifests() []selection.Manifest { return r.registry.manifests() }

@@ -1,0 +1,159 @@
+package router
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/oklog/ulid/v2"
+	"github.com/sirupsen/logrus"
+
+	"github.com/teamster-fleet/teamster"
+	"github.com/teamster-fleet/teamster/bus"
+	"github.com/teamster-fleet/teamster/leases"
+	"github.com/teamster-fleet/teamster/selection"
+)
+
+// submitTimeout bounds the Redis and JetStream work of one submit.
+const submitTimeout = 10 * time.Second
+
+func (r *Router) onSubmit(m *nats.Msg) { r.submit(m, "") }
+
+// submit handles one submit (delegate is "" for the owner): validate, select,
+// record (reaper index, then record and order), publish with Nats-Msg-Id,
+// reply. Every refusal is a typed rejected reply that changed no state.
+func (r *Router) submit(m *nats.Msg, delegate string) {
+	a, err := bus.DecodeSubmit(m.Data)
+	if err != nil {
+		r.log.WithField("code", teamster.CodeOf(err)).Debug("submit rejected: " + err.Error())
+		r.reply(m, &bus.SubmitReply{V: bus.Version, Status: bus.StatusRejected, Error: teamster.AsError(err)})
+		return
+	}
+	if a.AttemptID == "" {
+		a.AttemptID = ulid.Make().String()
+	}
+	log := r.log.WithFields(logrus.Fields{"attempt": a.AttemptID, "session": leases.Tag(a.SessionKey)})
+	d, err := selection.Select(r.policy, factsOf(a), r.registry.manifests())
+	rec := d.Record
+	rec.SessionKey = a.SessionKey
+	logSelection(log, &rec, err)
+	if err != nil {
+		r.reply(m, &bus.SubmitReply{V: bus.Version, Status: bus.StatusRejected, AttemptID: a.AttemptID, Selection: &rec, Error: teamster.AsError(err)})
+		return
+	}
+	if d.Embedded() {
+		// No worker hosts the embedded runtime: the gateway runs the turn.
+		r.reply(m, &bus.SubmitReply{V: bus.Version, Status: bus.StatusFallback, AttemptID: a.AttemptID, HarnessID: d.HarnessID, Selection: &rec})
+		return
+	}
+	accepted := &bus.SubmitReply{V: bus.Version, Status: bus.StatusAccepted, AttemptID: a.AttemptID, HarnessID: d.HarnessID, Selection: &rec}
+	replyBody, err := bus.Encode(accepted)
+	if err != nil {
+		r.reply(m, &bus.SubmitReply{V: bus.Version, Status: bus.StatusRejected, AttemptID: a.AttemptID, Error: teamster.AsError(err)})
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), submitTimeout)
+	defer cancel()
+	acc, err := r.store.Accept(ctx, leases.AcceptArgs{
+		SessionKey: a.SessionKey, AttemptID: a.AttemptID, HarnessID: d.HarnessID, ReplyTo: a.ReplyTo,
+		QueueTimeout: a.QueueTimeout(), RunBudget: a.Timeout() + a.SettlementTimeout(), Reply: replyBody,
+	})
+	if err != nil {
+		log.Error("submit failed: record the attempt: " + err.Error())
+		r.reply(m, rejectedInternal(a.AttemptID, "the fleet could not record the attempt"))
+		return
+	}
+	if !acc.New {
+		// A resubmit: answer from the record. While it is still queued,
+		// publish again: a no-op inside JetStream's duplicate window, and a
+		// first submit whose publish failed cannot strand this caller.
+		if acc.State == leases.StateAccepted {
+			if _, err := bus.PublishAttempt(ctx, r.js, d.HarnessID, a, r.headers(delegate)); err != nil {
+				log.Warn("resubmit: publish again failed: " + err.Error())
+			}
+		}
+		log.WithField("state", acc.State).Debug("resubmit answered from the record")
+		r.respond(m, acc.Reply)
+		return
+	}
+	if _, err := bus.PublishAttempt(ctx, r.js, d.HarnessID, a, r.headers(delegate)); err != nil {
+		log.Error("submit failed: publish: " + err.Error())
+		if ok, uerr := r.store.Unaccept(context.Background(), a.SessionKey, a.AttemptID); uerr != nil || !ok {
+			log.Warn("could not withdraw the unpublished attempt; the reaper will time it out")
+		}
+		r.reply(m, rejectedInternal(a.AttemptID, "the fleet could not publish the attempt"))
+		return
+	}
+	log.WithField("harness", d.HarnessID).Debug("accepted")
+	r.respond(m, replyBody)
+}
+
+func (r *Router) headers(delegate string) nats.Header {
+	if delegate == "" {
+		return nil
+	}
+	return nats.Header{bus.HeaderDelegate: []string{delegate}}
+}
+
+func rejectedInternal(attemptID, msg string) *bus.SubmitReply {
+	return &bus.SubmitReply{V: bus.Version, Status: bus.StatusRejected, AttemptID: attemptID,
+		Error: teamster.Errorf(teamster.CodeInternal, "%s", msg)}
+}
+
+// factsOf is what selection knows of an attempt.
+func factsOf(a *bus.Attempt) selection.Facts {
+	return selection.Facts{
+		Provider: a.Provider, ModelID: a.ModelID, SessionKey: a.SessionKey, AgentID: a.AgentID,
+		AgentHarnessID: a.AgentHarnessID, AgentHarnessRuntimeOverride: a.AgentHarnessRuntimeOverride,
+		Routes: a.SelectionRoutes(),
+	}
+}
+
+// logSelection logs the selection record at debug level, as fields (the
+// session key hashed, never raw).
+func logSelection(log logrus.FieldLogger, rec *selection.Record, err error) {
+	fields := logrus.Fields{
+		"provider": rec.Provider, "model": rec.ModelID, "runtime": rec.Runtime, "runtime_source": rec.RuntimeSource,
+		"selected": rec.SelectedHarnessID, "reason": rec.SelectedReason, "candidates": candidatesField(rec.Candidates),
+	}
+	if len(rec.Notes) > 0 {
+		fields["notes"] = rec.Notes
+	}
+	if err != nil {
+		fields["code"] = teamster.CodeOf(err)
+	}
+	log.WithFields(fields).Debug("agent harness selected")
+}
+
+func candidatesField(cs []selection.Candidate) []string {
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		s := c.ID + ":unsupported"
+		if c.Supported {
+			s = c.ID + ":supported"
+		}
+		if c.Reason != "" {
+			s += " (" + c.Reason + ")"
+		}
+		out[i] = s
+	}
+	return out
+}
+
+func (r *Router) reply(m *nats.Msg, v any) {
+	b, err := bus.Encode(v)
+	if err != nil {
+		r.log.Error(err.Error())
+		return
+	}
+	r.respond(m, b)
+}
+
+func (r *Router) respond(m *nats.Msg, b []byte) {
+	if m.Reply == "" {
+		return
+	}
+	if err := m.Respond(b); err != nil {
+		r.log.Debug("reply not sent: " + err.Error())
+	}
+}

@@ -1,0 +1,198 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/sirupsen/logrus"
+
+	"github.com/teamster-fleet/teamster"
+	"github.com/teamster-fleet/teamster/bus"
+	"github.com/teamster-fleet/teamster/leases"
+)
+
+// Fetching: a poller never fetches without a free slot (Temporal's slot
+// supplier idea). It takes one slot and then any others free at that moment,
+// up to maxBatch; with several it asks for whatever is waiting without
+// waiting; with one (or when nothing was waiting) it long-polls for one
+// message. Unused slots go back at once.
+const (
+	maxBatch     = 32
+	longPoll     = 2 * time.Second
+	nakBase      = 20 * time.Millisecond
+	nakCap       = 500 * time.Millisecond
+	claimTimeout = 10 * time.Second
+)
+
+// pollersPerHarness is how many pollers each hosted harness runs.
+func pollersPerHarness(slots int) int { return min(slots, 4) }
+
+func (w *Worker) poll(ctx context.Context, harnessID string, h *hosted) {
+	defer w.fetchers.Done()
+	log := w.log.WithField("harness", harnessID)
+	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond), backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
+	for {
+		// Take one slot, waiting for it.
+		select {
+		case <-ctx.Done():
+			return
+		case w.slots <- struct{}{}:
+		}
+		n := 1
+	more:
+		for n < maxBatch {
+			select {
+			case w.slots <- struct{}{}:
+				n++
+			default:
+				break more
+			}
+		}
+		// Take whatever is waiting, without waiting; when nothing is, keep
+		// one slot and long-poll for one message.
+		got, err := w.take(ctx, harnessID, h, n, func() (jetstream.MessageBatch, error) { return h.consumer.FetchNoWait(n) })
+		if err == nil && got == 0 {
+			for i := 1; i < n; i++ {
+				w.releaseSlot()
+			}
+			n = 1
+			fctx, cancel := context.WithTimeout(ctx, longPoll)
+			got, err = w.take(ctx, harnessID, h, n, func() (jetstream.MessageBatch, error) {
+				return h.consumer.Fetch(1, jetstream.FetchContext(fctx))
+			})
+			cancel()
+			if errors.Is(err, context.DeadlineExceeded) {
+				err = nil // the long poll ended empty
+			}
+		}
+		for i := got; i < n; i++ {
+			w.releaseSlot()
+		}
+		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
+			d := bo.NextBackOff()
+			log.WithField("retry_in", d).Warn("fetch failed: " + err.Error())
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(d):
+			}
+			continue
+		}
+		bo.Reset()
+	}
+}
+
+// take runs one fetch and hands each message it yields to handle, in its own
+// goroutine holding one of the poller's slots. It returns how many messages
+// it handed out (each took its slot along) and the fetch's error.
+func (w *Worker) take(ctx context.Context, harnessID string, h *hosted, n int, fetch func() (jetstream.MessageBatch, error)) (int, error) {
+	batch, err := fetch()
+	if err != nil {
+		return 0, err
+	}
+	got := 0
+	for msg := range batch.Messages() {
+		if got == n {
+			// More than asked for cannot happen; never run without a slot.
+			_ = msg.Nak()
+			continue
+		}
+		got++
+		if ctx.Err() != nil {
+			// Stopped fetching (drain) after the fetch was sent: give the
+			// message back at once.
+			_ = msg.Nak()
+			w.releaseSlot()
+			continue
+		}
+		w.fetchers.Add(1)
+		go func() {
+			defer w.fetchers.Done()
+			w.handle(msg, harnessID, h)
+		}()
+	}
+	err = batch.Error()
+	if errors.Is(err, jetstream.ErrNoMessages) {
+		err = nil
+	}
+	return got, err
+}
+
+func (w *Worker) releaseSlot() { <-w.slots }
+
+// nakDelay is the delay before a busy attempt is offered again: exponential
+// in its delivery count, capped at 500 ms, with jitter so that many waiting
+// attempts do not return in lockstep.
+func nakDelay(delivered uint64) time.Duration {
+	d := nakBase
+	for i := uint64(1); i < delivered && d < nakCap; i++ {
+		d *= 2
+	}
+	d = min(d, nakCap)
+	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+}
+
+// handle processes one fetched message; it holds one slot, which it passes to
+// the run when the claim succeeds and releases otherwise.
+func (w *Worker) handle(msg jetstream.Msg, harnessID string, h *hosted) {
+	started := false
+	defer func() {
+		if !started {
+			w.releaseSlot()
+		}
+	}()
+	a, err := bus.DecodeAttempt(msg.Data())
+	if err != nil || a.AttemptID == "" {
+		// Only routers publish here; a body that does not decode is a bug
+		// upstream. Drop it so it cannot block the consumer.
+		w.log.WithField("harness", harnessID).Error("dropping an undecodable attempt message: " + errString(err, "no attemptId"))
+		_ = msg.Term()
+		return
+	}
+	log := w.log.WithFields(logrus.Fields{"attempt": a.AttemptID, "session": leases.Tag(a.SessionKey), "harness": harnessID})
+	ctx, cancel := context.WithTimeout(w.runCtx, claimTimeout)
+	defer cancel()
+	lease, res, err := w.keep.Claim(ctx, a.SessionKey, a.AttemptID)
+	if err != nil {
+		log.Warn("claim failed; the attempt will be offered again: " + err.Error())
+		_ = msg.NakWithDelay(nakCap)
+		return
+	}
+	switch res.Status {
+	case leases.ClaimBusy:
+		var delivered uint64 = 1
+		if md, err := msg.Metadata(); err == nil {
+			delivered = md.NumDelivered
+		}
+		_ = msg.NakWithDelay(nakDelay(delivered))
+	case leases.ClaimDone, leases.ClaimExpired:
+		// Claimed before (a redelivery) or finished; an expired attempt's
+		// queue_timeout is recorded and the reaper publishes it.
+		_ = msg.Ack()
+	case leases.ClaimMissing:
+		_ = msg.Ack()
+		log.Error("no record of the attempt (Redis lost its data, or the router withdrew it): answering internal")
+		w.publishOrphan(ctx, a, harnessID, teamster.Errorf(teamster.CodeInternal,
+			"the fleet has no record of this attempt (Redis lost its data); it was not run").WithSideEffects(teamster.SideEffectsNone))
+	case leases.Claimed:
+		// The claim is final: acknowledge before running, so the message is
+		// never delivered again. A lost ack only causes a redelivery that
+		// the claim script answers "done".
+		_ = msg.Ack()
+		delegate := msg.Headers().Get(bus.HeaderDelegate)
+		r := w.newRun(a, harnessID, h, lease, delegate, log)
+		started = true
+		go r.execute()
+	}
+}
+
+func errString(err error, fallback string) string {
+	if err != nil {
+		return err.Error()
+	}
+	return fallback
+}

@@ -1,0 +1,369 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
+	"github.com/sirupsen/logrus"
+
+	"github.com/teamster-fleet/teamster"
+	"github.com/teamster-fleet/teamster/bus"
+	"github.com/teamster-fleet/teamster/harness"
+	"github.com/teamster-fleet/teamster/leases"
+)
+
+// run is one claimed attempt on this worker, from claim to published result.
+type run struct {
+	w         *Worker
+	attempt   *bus.Attempt
+	harnessID string
+	h         *hosted
+	lease     *leases.Lease
+	delegate  string
+	log       logrus.FieldLogger
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	// mu serialises events, so seq numbers reach the wire in order.
+	mu     sync.Mutex
+	seq    int64
+	ended  bool
+	usage  map[string]bool
+	tokens int64
+
+	subs []*nats.Subscription
+}
+
+func (w *Worker) newRun(a *bus.Attempt, harnessID string, h *hosted, l *leases.Lease, delegate string, log logrus.FieldLogger) *run {
+	ctx, cancel := context.WithCancelCause(w.runCtx)
+	r := &run{w: w, attempt: a, harnessID: harnessID, h: h, lease: l, delegate: delegate,
+		log: log.WithField("fence", l.Fence()), ctx: ctx, cancel: cancel, usage: map[string]bool{}}
+	w.addRun(r)
+	return r
+}
+
+// execute runs the attempt and publishes its one result. It owns one slot.
+func (r *run) execute() {
+	defer r.w.releaseSlot()
+	defer r.w.removeRun(r)
+	defer r.cancel(nil)
+
+	// A lost lease ends everything the run does, from here on.
+	go func() {
+		select {
+		case <-r.lease.Done():
+			r.cancel(teamster.AsError(r.lease.Err()))
+		case <-r.ctx.Done():
+		}
+	}()
+	if err := r.subscribe(); err != nil {
+		r.log.Warn("run subjects not subscribed; cancel cannot reach this run: " + err.Error())
+	}
+	defer r.unsubscribe()
+	_ = r.emit(bus.EventClaimed, bus.ClaimedData{WorkerID: r.w.id, HarnessID: r.harnessID, Fence: r.lease.Fence()})
+	r.log.Debug("claimed")
+
+	// Re-check under the lease: the harness's own Supports.
+	if ok, why := r.h.impl.Supports(r.attempt); !ok {
+		r.finish(r.errorResult(teamster.Errorf(teamster.CodeHarnessUnsupportedRoute,
+			"harness %s does not support the prepared route: %s", r.harnessID, why).WithSideEffects(teamster.SideEffectsNone)))
+		return
+	}
+	var binding json.RawMessage
+	if rec, err := r.w.store.Session(r.ctx, r.attempt.SessionKey); err == nil && rec.NativeBinding != "" {
+		binding = json.RawMessage(rec.NativeBinding)
+	} else if err != nil && !errors.Is(err, leases.ErrNotFound) {
+		e := teamster.Errorf(teamster.CodeInternal, "read the session record: %v", err)
+		if cause := context.Cause(r.ctx); cause != nil {
+			e = teamster.AsError(cause)
+		}
+		r.finish(r.errorResult(e.WithSideEffects(teamster.SideEffectsNone)))
+		return
+	}
+
+	out, err := r.runHarness(binding)
+	if err != nil {
+		r.finish(r.errorResult(teamster.AsError(err)))
+		return
+	}
+	r.finish(r.okResult(out))
+}
+
+// runHarness runs the harness under the attempt's deadline and the lease: a
+// lost lease, a cancel or a drain timeout cancels the run's context with that
+// cause. After the context ends, the harness has the attempt's settlement
+// budget to return; a harness that does not is abandoned (its goroutine is
+// logged as leaked) and the attempt ends with the cause.
+func (r *run) runHarness(binding json.RawMessage) (*harness.Outcome, error) {
+	ctx, cancel := context.WithTimeoutCause(r.ctx, r.attempt.Timeout(),
+		teamster.Errorf(teamster.CodeDeadlineExceeded, "the attempt ran past its timeout of %s", r.attempt.Timeout()))
+	defer cancel()
+	hr := &harness.Run{Attempt: r.attempt, Host: (*host)(r), WorkerID: r.w.id, Fence: r.lease.Fence(),
+		Delegate: r.delegate, Binding: binding}
+	type ret struct {
+		out *harness.Outcome
+		err error
+	}
+	done := make(chan ret, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				done <- ret{err: teamster.Errorf(teamster.CodeHarnessFailed, "harness panicked: %v", p)}
+			}
+		}()
+		out, err := r.h.impl.RunAttempt(ctx, hr)
+		done <- ret{out, err}
+	}()
+	var res ret
+	select {
+	case res = <-done:
+	case <-ctx.Done():
+		settle := time.NewTimer(r.attempt.SettlementTimeout())
+		select {
+		case res = <-done:
+		case <-settle.C:
+			r.log.Error("the harness did not return within its settlement budget after cancellation; abandoning its goroutine")
+			res = ret{err: context.Cause(ctx)}
+		}
+		settle.Stop()
+	}
+	if res.err == nil && res.out == nil {
+		res.err = teamster.Errorf(teamster.CodeHarnessFailed, "harness returned neither an outcome nor an error")
+	}
+	if res.err != nil && ctx.Err() != nil {
+		// The run was ended from outside: the cause, not whatever error the
+		// harness turned it into, is the outcome.
+		if cause := context.Cause(ctx); cause != nil {
+			res.err = cause
+		}
+	}
+	if res.err != nil {
+		var te *teamster.Error
+		if !errors.As(res.err, &te) {
+			res.err = teamster.Errorf(teamster.CodeHarnessFailed, "%v", res.err)
+		}
+	}
+	return res.out, res.err
+}
+
+func (r *run) baseResult() *bus.Result {
+	r.mu.Lock()
+	tokens := r.tokens
+	r.mu.Unlock()
+	return &bus.Result{V: bus.Version, AttemptID: r.attempt.AttemptID, HarnessID: r.harnessID, WorkerID: r.w.id,
+		Fence: r.lease.Fence(), AssistantTexts: []string{}, Usage: bus.Usage{OutputTokens: tokens}}
+}
+
+func (r *run) okResult(o *harness.Outcome) *bus.Result {
+	res := r.baseResult()
+	res.Status = teamster.StatusOK
+	if o.AssistantTexts != nil {
+		res.AssistantTexts = o.AssistantTexts
+	}
+	res.Classification = o.Classification()
+	res.LastToolError = o.LastToolError
+	res.NativeSession = o.NativeSession
+	res.RuntimeArtifact = o.RuntimeArtifact
+	return res
+}
+
+func (r *run) errorResult(e *teamster.Error) *bus.Result {
+	if e.SideEffects == "" {
+		// The harness ran: it may have done something.
+		e = e.WithSideEffects(teamster.SideEffectsPossible)
+	}
+	res := r.baseResult()
+	res.Status = e.Code.ResultStatus()
+	res.Error = e
+	return res
+}
+
+// retryFor retries op with exponential backoff until it succeeds, fails
+// permanently, or maxElapsed passes.
+func retryFor(ctx context.Context, maxElapsed time.Duration, op func() error) error {
+	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond),
+		backoff.WithMaxInterval(2*time.Second), backoff.WithMaxElapsedTime(maxElapsed))
+	return backoff.Retry(op, backoff.WithContext(bo, ctx))
+}
+
+// finish records the result under the lease and publishes it: the fenced
+// finish (outcome, session record, order, lease in one script), then the
+// durable result, then the mark, then the result event. A run whose lease is
+// gone commits nothing: its outcome becomes lease_lost and is recorded only
+// if no other outcome was (Abandon).
+func (r *run) finish(res *bus.Result) {
+	if r.w.isKilled() {
+		return
+	}
+	ctx := context.Background()
+	if res.Error != nil && res.Error.Code == teamster.CodeLeaseLost {
+		r.abandon(ctx, res)
+		return
+	}
+	// Reserve the result event's seq while the lease is still held.
+	r.mu.Lock()
+	next := r.seq + 1
+	r.mu.Unlock()
+	_ = r.lease.NoteSeq(ctx, next)
+
+	body, err := bus.Encode(res)
+	if err != nil {
+		r.log.Error(err.Error())
+		return
+	}
+	outcome := leases.Outcome{Code: leases.OutcomeOK, Result: body}
+	if res.Error != nil {
+		outcome.Code = string(res.Error.Code)
+	} else {
+		outcome.Session = r.sessionUpdate(res)
+	}
+	var st leases.FinishStatus
+	err = retryFor(ctx, r.w.cfg.LeaseTTL(), func() error {
+		var ferr error
+		st, ferr = r.lease.Finish(ctx, outcome)
+		if ferr != nil && !r.lease.Current() {
+			return backoff.Permanent(ferr)
+		}
+		return ferr
+	})
+	switch {
+	case err != nil:
+		r.log.Warn("finish failed and the lease is no longer current: " + err.Error())
+		r.abandon(ctx, r.leaseLostResult("the worker could not record the outcome before its lease ran out: "+err.Error()))
+	case st == leases.Finished:
+		r.deliver(ctx, body)
+	case st == leases.FinishAlready:
+		r.log.Warn("the attempt already had an outcome (the fleet settled it first); this run's result is dropped")
+	default: // fenced or missing: the lease was lost before the commit
+		r.abandon(ctx, r.leaseLostResult("the lease was lost before the outcome could be committed ("+string(st)+")"))
+	}
+}
+
+func (r *run) leaseLostResult(msg string) *bus.Result {
+	return r.errorResult(teamster.Errorf(teamster.CodeLeaseLost, "%s", msg).WithSideEffects(teamster.SideEffectsPossible))
+}
+
+// sessionUpdate is what a successful turn writes to the session record: the
+// owner's turn pins the harness and records the session facts and the native
+// binding; a delegate's turn writes the binding only.
+func (r *run) sessionUpdate(res *bus.Result) leases.SessionUpdate {
+	binding := ""
+	if len(res.NativeSession) > 0 && string(res.NativeSession) != "null" {
+		binding = string(res.NativeSession)
+	}
+	if r.delegate != "" {
+		if binding == "" {
+			return nil
+		}
+		return leases.BindingUpdate(binding)
+	}
+	m := r.h.impl.Manifest()
+	return leases.OwnerUpdate(leases.SessionRecord{
+		SessionKey: r.attempt.SessionKey, SessionID: r.attempt.SessionID, StorePath: r.attempt.StorePath,
+		AgentID: r.attempt.AgentID, ModelSelectionLocked: r.attempt.ModelSelectionLocked,
+		AgentHarnessID: r.harnessID, OwnerPluginID: m.PluginID, NativeBinding: binding,
+	})
+}
+
+// abandon records an error outcome for a run that lost its lease, unless the
+// fleet recorded one first. Redis may be down: it retries for a while, and if
+// it never gets through, the reaper settles the attempt worker_lost later.
+func (r *run) abandon(ctx context.Context, res *bus.Result) {
+	body, err := bus.Encode(res)
+	if err != nil {
+		r.log.Error(err.Error())
+		return
+	}
+	var st leases.FinishStatus
+	err = retryFor(ctx, 2*time.Minute, func() error {
+		var aerr error
+		st, aerr = r.lease.Abandon(ctx, string(res.Error.Code), body)
+		return aerr
+	})
+	switch {
+	case err != nil:
+		r.log.Error("could not record the lost run's outcome; the reaper will settle it: " + err.Error())
+	case st == leases.Finished:
+		r.deliver(ctx, body)
+	case st == leases.FinishMissing:
+		// Redis lost the record: the durable stream alone decides.
+		r.log.Warn("no record of the attempt any more (Redis lost its data); publishing " + string(res.Error.Code) + " directly")
+		r.deliverUnrecorded(ctx, body)
+	default:
+		r.log.Info("the attempt already had an outcome; this run's " + string(res.Error.Code) + " is dropped")
+	}
+}
+
+// deliver publishes a recorded outcome durably, marks it published and sends
+// it to the submitter. If the durable publish never succeeds the reaper
+// republishes it from the record.
+func (r *run) deliver(ctx context.Context, body []byte) {
+	if !r.publishDurable(ctx, body) {
+		return
+	}
+	if err := r.w.store.MarkPublished(ctx, r.attempt.SessionKey, r.attempt.AttemptID); err != nil {
+		r.log.Warn("result not marked published (the reaper will publish it again, harmlessly): " + err.Error())
+	}
+	r.sendResult(body)
+}
+
+// deliverUnrecorded publishes a result that has no record (Redis lost it):
+// the durable stream alone decides which result stands.
+func (r *run) deliverUnrecorded(ctx context.Context, body []byte) {
+	if r.publishDurable(ctx, body) {
+		r.sendResult(body)
+	}
+}
+
+// publishDurable stores the result on teamster.result.<attemptId>, retrying
+// for a while; it reports whether body is the attempt's durable result.
+func (r *run) publishDurable(ctx context.Context, body []byte) bool {
+	err := retryFor(ctx, time.Minute, func() error {
+		err := bus.PublishResultBody(ctx, r.w.js, r.attempt.AttemptID, body)
+		if errors.Is(err, bus.ErrResultExists) {
+			return backoff.Permanent(err)
+		}
+		return err
+	})
+	switch {
+	case errors.Is(err, bus.ErrResultExists):
+		r.log.Warn("another result was published first; this one is dropped")
+	case err != nil:
+		r.log.Error("durable result not published: " + err.Error())
+	}
+	return err == nil
+}
+
+// sendResult sends the result event, the last event of the run.
+func (r *run) sendResult(body []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ended {
+		return
+	}
+	r.ended = true
+	r.seq++
+	r.publishEvent(r.seq, bus.EventResult, body)
+}
+
+// publishOrphan answers an attempt that cannot be run and has no record.
+func (w *Worker) publishOrphan(ctx context.Context, a *bus.Attempt, harnessID string, e *teamster.Error) {
+	res := bus.NewErrorResult(a.AttemptID, e)
+	res.HarnessID, res.WorkerID = harnessID, w.id
+	body, err := bus.Encode(res)
+	if err != nil {
+		return
+	}
+	if err := bus.PublishResultBody(ctx, w.js, a.AttemptID, body); err != nil {
+		return
+	}
+	if a.ReplyTo != "" {
+		_ = bus.SendEvent(w.nc, a.ReplyTo, &bus.Event{V: bus.Version, AttemptID: a.AttemptID, Seq: 1, Type: bus.EventResult, Data: body})
+	}
+}

@@ -1,0 +1,378 @@
+// Package worker is teamster's worker daemon as a library: it hosts harness
+// implementations, claims attempts from JetStream under Redis session leases,
+// runs them, streams their events and publishes exactly one terminal result
+// each. cmd/worker is a thin main around it; tests start it in-process.
+//
+// Lifecycle (states as advertised in the registry):
+//
+//	starting ──Start──▶ active ──Drain/SIGTERM──▶ draining ──runs ended──▶ stopped
+//	                      ▲                          │
+//	                      └────────Resume────────────┘ (only while draining)
+//
+// Shutdown order, as Drain does it: stop fetching; let running attempts
+// finish (cancelling what remains with drain_timeout after the drain
+// timeout); stop renewing leases (every lease was released by its finish);
+// leave the registry; close nothing the caller owns.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+	"github.com/sirupsen/logrus"
+
+	"github.com/teamster-fleet/teamster"
+	"github.com/teamster-fleet/teamster/bus"
+	"github.com/teamster-fleet/teamster/harness"
+	"github.com/teamster-fleet/teamster/leases"
+)
+
+// Params are what a worker needs. The worker uses, but does not own, the NATS
+// connection and the Redis client, except that Kill closes them.
+type Params struct {
+	Config *Config
+	NATS   *nats.Conn
+	Redis  redis.UniversalClient
+	Logger logrus.FieldLogger
+	// Clock for lease self-fencing; default the real clock.
+	Clock clockwork.Clock
+	// Env is passed to harness factories.
+	Env FactoryEnv
+	// Version is advertised in the registry.
+	Version string
+}
+
+// hosted is one harness the worker hosts, with its consumer.
+type hosted struct {
+	impl     harness.Harness
+	consumer jetstream.Consumer
+}
+
+// Worker runs attempts.
+type Worker struct {
+	cfg   *Config
+	id    string
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	rdb   redis.UniversalClient
+	store *leases.Store
+	keep  *leases.Keeper
+	log   logrus.FieldLogger
+	ver   string
+
+	harnesses map[string]*hosted
+	slots     chan struct{}
+
+	mu        sync.Mutex
+	state     string
+	runs      map[string]*run
+	fetchCtx  context.Context
+	stopFetch context.CancelFunc
+	fetchers  sync.WaitGroup
+	idlers    []chan struct{}
+	started   time.Time
+
+	// runCtx is the parent of every run; Kill cancels it.
+	runCtx    context.Context
+	cancelAll context.CancelCauseFunc
+
+	registry    *registry
+	controlSub  *nats.Subscription
+	resumeDrain chan struct{}
+	drainEnded  chan struct{}
+	done        chan struct{}
+	doneOnce    sync.Once
+	killed      bool
+}
+
+// New builds a worker from its config; Start runs it.
+func New(p Params) (*Worker, error) {
+	if p.Config == nil || p.NATS == nil || p.Redis == nil {
+		return nil, errors.New("worker: Config, NATS and Redis are required")
+	}
+	if p.Logger == nil {
+		p.Logger = logrus.StandardLogger()
+	}
+	js, err := jetstream.New(p.NATS)
+	if err != nil {
+		return nil, fmt.Errorf("worker: jetstream: %w", err)
+	}
+	log := p.Logger.WithField("worker", p.Config.WorkerID)
+	w := &Worker{
+		cfg: p.Config, id: p.Config.WorkerID, nc: p.NATS, js: js, rdb: p.Redis,
+		store: leases.NewStore(p.Redis), log: log, ver: p.Version,
+		harnesses: map[string]*hosted{}, slots: make(chan struct{}, p.Config.Slots),
+		state: bus.WorkerStarting, runs: map[string]*run{},
+		done: make(chan struct{}),
+	}
+	w.keep = leases.NewKeeper(leases.KeeperParams{
+		Store: w.store, Holder: w.id, TTL: p.Config.LeaseTTL(), Clock: p.Clock, Logger: log,
+	})
+	for _, hc := range p.Config.Harnesses {
+		impl, err := implementations[hc.Implementation](hc.Manifest, hc.Settings, p.Env)
+		if err != nil {
+			return nil, fmt.Errorf("worker: harness %s: %w", hc.ID, err)
+		}
+		w.harnesses[hc.ID] = &hosted{impl: impl}
+	}
+	w.runCtx, w.cancelAll = context.WithCancelCause(context.Background())
+	return w, nil
+}
+
+// ID is the worker id.
+func (w *Worker) ID() string { return w.id }
+
+// State is the worker's lifecycle state.
+func (w *Worker) State() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.state
+}
+
+// Done is closed when the worker has stopped (drained or killed).
+func (w *Worker) Done() <-chan struct{} { return w.done }
+
+// Start sets up the streams and consumers, loads the scripts, starts renewing
+// leases and heartbeating, and starts fetching. It returns once the worker is
+// active.
+func (w *Worker) Start(ctx context.Context) error {
+	if _, err := bus.Setup(ctx, w.js, bus.StreamOptions{}); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	kv, err := w.js.KeyValue(ctx, bus.BucketWorkers)
+	if err != nil {
+		return fmt.Errorf("worker: registry bucket: %w", err)
+	}
+	if err := w.store.Load(ctx); err != nil {
+		return fmt.Errorf("worker: redis: %w", err)
+	}
+	for id, h := range w.harnesses {
+		c, err := bus.EnsureHarnessConsumer(ctx, w.js, id)
+		if err != nil {
+			return fmt.Errorf("worker: %w", err)
+		}
+		h.consumer = c
+	}
+	w.started = time.Now()
+	w.registry = newRegistry(registryParams{kv: kv, w: w, log: w.log})
+	w.keep.Start()
+	if err := w.registry.put(ctx); err != nil {
+		return fmt.Errorf("worker: registry: %w", err)
+	}
+	if err := w.subscribeControl(); err != nil {
+		return err
+	}
+	w.setState(bus.WorkerActive)
+	w.registry.start()
+	w.startFetching()
+	w.log.WithFields(logrus.Fields{"slots": w.cfg.Slots, "harnesses": w.harnessIDs()}).Info("worker active")
+	return nil
+}
+
+func (w *Worker) harnessIDs() []string {
+	ids := make([]string, 0, len(w.harnesses))
+	for id := range w.harnesses {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+func (w *Worker) setState(s string) {
+	w.mu.Lock()
+	w.state = s
+	w.mu.Unlock()
+}
+
+// startFetching starts the pollers of every hosted harness.
+func (w *Worker) startFetching() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.fetchCtx, w.stopFetch = context.WithCancel(context.Background())
+	for id, h := range w.harnesses {
+		for i := 0; i < pollersPerHarness(w.cfg.Slots); i++ {
+			w.fetchers.Add(1)
+			go w.poll(w.fetchCtx, id, h)
+		}
+	}
+}
+
+// stopFetching stops every poller and waits for them.
+func (w *Worker) stopFetching() {
+	w.mu.Lock()
+	stop := w.stopFetch
+	w.stopFetch = nil
+	w.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	w.fetchers.Wait()
+}
+
+// idle returns a channel closed once no attempt is running.
+func (w *Worker) idle() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ch := make(chan struct{})
+	if len(w.runs) == 0 {
+		close(ch)
+		return ch
+	}
+	w.idlers = append(w.idlers, ch)
+	return ch
+}
+
+// addRun registers a run; removeRun unregisters it and wakes idle waiters
+// when it was the last.
+func (w *Worker) addRun(r *run) {
+	w.mu.Lock()
+	w.runs[r.attempt.AttemptID] = r
+	w.mu.Unlock()
+}
+
+func (w *Worker) removeRun(r *run) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.runs, r.attempt.AttemptID)
+	if len(w.runs) == 0 {
+		for _, ch := range w.idlers {
+			close(ch)
+		}
+		w.idlers = nil
+	}
+}
+
+// Running returns the ids of the attempts running now.
+func (w *Worker) Running() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ids := make([]string, 0, len(w.runs))
+	for id := range w.runs {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// InFlight is the number of attempts running now.
+func (w *Worker) InFlight() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.runs)
+}
+
+// ErrResumed is returned by Drain when the drain was undone by Resume.
+var ErrResumed = errors.New("drain undone by resume")
+
+// Drain stops fetching, lets running attempts finish for up to the drain
+// timeout (then cancels what remains with drain_timeout), leaves the registry
+// and stops. It returns nil when the worker has stopped, ErrResumed when a
+// Resume undid the drain first; ctx bounds the wait, not the drain.
+func (w *Worker) Drain(ctx context.Context) error {
+	w.mu.Lock()
+	switch w.state {
+	case bus.WorkerStopped:
+		w.mu.Unlock()
+		return nil
+	case bus.WorkerActive, bus.WorkerStarting:
+		w.state = bus.WorkerDraining
+		w.resumeDrain = make(chan struct{})
+		w.drainEnded = make(chan struct{})
+		go w.drain(w.resumeDrain, w.drainEnded)
+	}
+	ended := w.drainEnded
+	w.mu.Unlock()
+	select {
+	case <-w.done:
+		return nil
+	case <-ended:
+		select {
+		case <-w.done:
+			return nil
+		default:
+			return ErrResumed
+		}
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (w *Worker) drain(resume <-chan struct{}, ended chan struct{}) {
+	defer close(ended)
+	w.log.WithField("running", w.InFlight()).Info("draining: stopped fetching; waiting for running attempts")
+	w.registry.kickNow()
+	w.stopFetching()
+	idle := w.idle()
+	timer := time.NewTimer(w.cfg.DrainTimeout())
+	defer timer.Stop()
+	select {
+	case <-idle:
+	case <-resume:
+		w.setState(bus.WorkerActive)
+		w.startFetching()
+		w.registry.kickNow()
+		w.log.Info("drain undone: fetching again")
+		return
+	case <-timer.C:
+		w.mu.Lock()
+		w.resumeDrain = nil // too late to resume
+		w.mu.Unlock()
+		w.log.WithField("running", w.InFlight()).Warn("drain timeout: cancelling the remaining attempts with drain_timeout")
+		w.cancelRuns(teamster.Errorf(teamster.CodeDrainTimeout, "the worker's drain timeout (%s) ended the attempt", w.cfg.DrainTimeout()))
+		<-idle
+	}
+	w.stop()
+	w.log.Info("drained and stopped")
+}
+
+// stop ends the worker after its runs have ended: stop renewing (every lease
+// was released by its finish), leave the registry, stop answering control.
+func (w *Worker) stop() {
+	w.keep.Stop()
+	w.setState(bus.WorkerStopped)
+	w.registry.stop()
+	w.registry.remove(context.Background())
+	w.unsubscribeControl()
+	w.doneOnce.Do(func() { close(w.done) })
+}
+
+func (w *Worker) cancelRuns(cause error) {
+	w.mu.Lock()
+	runs := make([]*run, 0, len(w.runs))
+	for _, r := range w.runs {
+		runs = append(runs, r)
+	}
+	w.mu.Unlock()
+	for _, r := range runs {
+		r.cancel(cause)
+	}
+}
+
+// Kill simulates the process dying: it stops fetching and renewing, closes
+// the NATS connection and the Redis client without any clean-up, and cancels
+// every run. Nothing is released, finished or published. For fault tests.
+func (w *Worker) Kill() {
+	w.mu.Lock()
+	w.killed = true
+	w.mu.Unlock()
+	if w.registry != nil {
+		w.registry.stop()
+	}
+	w.nc.Close()
+	_ = w.rdb.Close()
+	w.keep.Stop()
+	w.cancelAll(errors.New("worker killed"))
+	w.stopFetching()
+	w.doneOnce.Do(func() { close(w.done) })
+}
+
+func (w *Worker) isKilled() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.killed
+}
