@@ -43,11 +43,10 @@ lint:
 test: deps lint
 	$(GO) test -race -count=1 -timeout 15m $(GOTESTFLAGS) $(RACE_PKGS)
 
-## demo: run a whole local fleet and play a scenario.
-demo: deps
-	@echo "demo: 'teamster dev --demo' arrives with the end-to-end issue: it will start"
-	@echo "      embedded NATS, a redis-server, a router and two workers, play several"
-	@echo "      sessions (ok, failing, timed out, cancelled) and print each attempt."
+## demo: run a whole local fleet (embedded NATS on a free port, a redis-server
+## it starts, one router, two workers) and play a scenario end to end.
+demo: deps build
+	./$(BIN)/teamster dev --demo --nats-port 0
 
 ## bench: benchmarks of the hot functions, with allocation counts.
 bench: deps

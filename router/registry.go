@@ -83,7 +83,7 @@ func (v *registryView) stop() {
 	<-v.done
 }
 
-// live returns the entries that count now.
+// live returns the entries heard from within the bucket TTL.
 func (v *registryView) live() []bus.WorkerEntry {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -93,19 +93,11 @@ func (v *registryView) live() []bus.WorkerEntry {
 			delete(v.workers, id)
 			continue
 		}
-		if s.entry.Live() {
-			out = append(out, s.entry)
-		}
+		out = append(out, s.entry)
 	}
 	return out
 }
 
 // manifests returns every manifest live workers advertise (selection folds
 // duplicates of one id).
-func (v *registryView) manifests() []selection.Manifest {
-	var out []selection.Manifest
-	for _, e := range v.live() {
-		out = append(out, e.Harnesses...)
-	}
-	return out
-}
+func (v *registryView) manifests() []selection.Manifest { return bus.LiveManifests(v.live()) }

@@ -1,3 +1,7 @@
+// Package testenv starts the real servers teamster's tests talk to: a
+// redis-server process on a free port in a temp dir, and a NATS server with
+// JetStream embedded in this process. Both can be stopped, killed, paused and
+// restarted by fault tests. Nothing here fakes either server.
 package testenv
 
 import (
@@ -5,7 +9,18 @@ import (
 	"fmt"
 	"os"
 	"testing"
+
+	"github.com/teamster-fleet/teamster/internal/redisproc"
 )
+
+// Redis is a redis-server process (see redisproc).
+type Redis = redisproc.Redis
+
+// StartRedis starts a redis-server process with its files in dir.
+func StartRedis(dir string) (*Redis, error) { return redisproc.Start(dir) }
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) { return redisproc.FreePort() }
 
 // Env is one test binary's servers: a redis-server process and an embedded NATS.
 type Env struct {

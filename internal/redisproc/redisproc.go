@@ -1,8 +1,7 @@
-// Package testenv starts the real servers teamster's tests talk to: a
-// redis-server process on a free port in a temp dir, and a NATS server with
-// JetStream embedded in this process. Both can be stopped, killed, paused and
-// restarted by fault tests. Nothing here fakes either server.
-package testenv
+// Package redisproc runs a real redis-server process on a free loopback port:
+// what `teamster dev` starts when no Redis is configured, and what the tests
+// talk to. It can be stopped, killed, paused and restarted.
+package redisproc
 
 import (
 	"context"
@@ -20,9 +19,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Redis is a redis-server process started for tests. It runs without
-// persistence, so a restart starts empty, as a crashed production Redis
-// without AOF would.
+// Redis is a redis-server process. It runs without persistence, so a restart
+// starts empty, as a crashed production Redis without AOF would.
 type Redis struct {
 	mu   sync.Mutex
 	dir  string
@@ -31,9 +29,9 @@ type Redis struct {
 	done chan struct{}
 }
 
-// StartRedis starts redis-server on a free loopback port with its files in dir.
+// Start starts redis-server on a free loopback port with its files in dir.
 // It fails when redis-server is not installed (run `make deps`).
-func StartRedis(dir string) (*Redis, error) {
+func Start(dir string) (*Redis, error) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		return nil, fmt.Errorf("redis-server not found on PATH (run `make deps`): %w", err)
 	}

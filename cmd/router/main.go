@@ -1,0 +1,76 @@
+// Command router serves teamster.submit for a teamster fleet: it chooses the
+// harness of each prepared attempt with OpenClaw's selection policy, records
+// it in Redis and publishes it on JetStream, and runs the reaper. Run any
+// number; they share the work in the NATS queue group "routers".
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/teamster-fleet/teamster/internal/cmdutil"
+	"github.com/teamster-fleet/teamster/router"
+	"github.com/teamster-fleet/teamster/selection"
+)
+
+func main() {
+	var (
+		common        cmdutil.Common
+		runtimeConfig string
+	)
+	cmd := &cobra.Command{
+		Use:   "router",
+		Short: "Route prepared attempts to the fleet's workers",
+		Long: `router serves teamster.submit: it validates each prepared attempt, chooses its
+harness with OpenClaw's selection policy (--runtime-config, in OpenClaw's own
+JSON shape; without it every provider is "auto"), records the attempt in Redis
+and publishes it to teamster.attempt.<harnessId>. It also runs the reaper, which
+answers queue_timeout and worker_lost. Any number of routers may run.
+
+SIGINT or SIGTERM stops serving, finishes the requests in hand and exits 0.`,
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := common.Logger()
+			if err != nil {
+				return err
+			}
+			var policy *selection.Policy
+			if runtimeConfig != "" {
+				if policy, err = selection.LoadPolicy(runtimeConfig); err != nil {
+					return err
+				}
+			}
+			nc, err := common.ConnectNATS("teamster-router", log)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			rdb, err := common.Redis(context.Background())
+			if err != nil {
+				return err
+			}
+			defer rdb.Close()
+			r, err := router.New(router.Params{NATS: nc, Redis: rdb, Policy: policy, Logger: log})
+			if err != nil {
+				return err
+			}
+			if err := r.Start(context.Background()); err != nil {
+				return err
+			}
+			sig := <-cmdutil.Signals()
+			log.WithField("signal", sig.String()).Info("stopping")
+			r.Stop()
+			return nil
+		},
+	}
+	cmdutil.AddCommon(cmd.Flags(), &common)
+	cmd.Flags().StringVar(&runtimeConfig, "runtime-config", cmdutil.Env(cmdutil.EnvRuntimeConfig, ""),
+		"OpenClaw-format runtime policy JSON (env "+cmdutil.EnvRuntimeConfig+")")
+	if err := cmd.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "router:", err)
+		os.Exit(1)
+	}
+}

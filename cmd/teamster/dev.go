@@ -1,0 +1,229 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/redis/go-redis/v9"
+	"github.com/sirupsen/logrus"
+	"github.com/spf13/cobra"
+
+	"github.com/teamster-fleet/teamster/bus"
+	"github.com/teamster-fleet/teamster/internal/cmdutil"
+	"github.com/teamster-fleet/teamster/internal/redisproc"
+	"github.com/teamster-fleet/teamster/router"
+	"github.com/teamster-fleet/teamster/selection"
+	"github.com/teamster-fleet/teamster/worker"
+)
+
+type devOptions struct {
+	natsPort      int
+	redisURL      string
+	workers       int
+	workerConfig  string
+	runtimeConfig string
+	demo          bool
+	storeDir      string
+}
+
+func devCmd(common *cmdutil.Common) *cobra.Command {
+	var o devOptions
+	cmd := &cobra.Command{
+		Use:   "dev [--demo]",
+		Short: "Run a whole local fleet in this process",
+		Long: `dev runs a whole fleet in one process: an embedded NATS server with JetStream
+(listening on --nats-port, so the CLI and your own processes can connect),
+Redis from --redis-url or TEAMSTER_REDIS_URL when either is given, else a
+redis-server it starts on a free port, one router, and --workers workers hosting the built-in scripted
+harness under the ids of a sample config ("codex" for openai routes,
+"claude-cli" for anthropic), or the harnesses of --worker-config.
+
+With --demo it plays a scenario end to end (several sessions of several turns:
+ok, a failing script, a timeout, a cancel, a rejected runtime, a fallback),
+prints each attempt's selection, events and result, and exits: 0 when every
+attempt ended as the scenario expects. Without --demo it runs until SIGINT or
+SIGTERM, then drains the workers and stops.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Redis given by flag or environment is used; otherwise dev
+			// starts its own redis-server.
+			if cmd.Flags().Changed("redis-url") || os.Getenv(cmdutil.EnvRedisURL) != "" {
+				o.redisURL = common.RedisURL
+			}
+			return runDev(cmd.Context(), cmd.OutOrStdout(), common, o)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&o.natsPort, "nats-port", 4222, "port of the embedded NATS server on 127.0.0.1 (0 picks a free one)")
+	f.IntVar(&o.workers, "workers", 2, "number of workers")
+	f.StringVar(&o.workerConfig, "worker-config", "", "worker config file for every worker (its workerId gets -1, -2, ... appended)")
+	f.StringVar(&o.runtimeConfig, "runtime-config", cmdutil.Env(cmdutil.EnvRuntimeConfig, ""), "OpenClaw-format runtime policy for the router (env "+cmdutil.EnvRuntimeConfig+")")
+	f.BoolVar(&o.demo, "demo", false, "play the demo scenario, print it and exit")
+	f.StringVar(&o.storeDir, "store-dir", "", "JetStream store directory (default a temp dir, removed on exit)")
+	return cmd
+}
+
+// devFleet is the fleet `teamster dev` runs.
+type devFleet struct {
+	nats     *server.Server
+	redis    *redisproc.Redis
+	redisURL string
+	router   *router.Router
+	workers  []*worker.Worker
+	conns    []*nats.Conn
+	rdbs     []*redis.Client
+	tmp      string
+	log      *logrus.Logger
+}
+
+func runDev(ctx context.Context, out io.Writer, common *cmdutil.Common, o devOptions) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	log, err := common.Logger()
+	if err != nil {
+		return err
+	}
+	if o.demo && common.LogLevel == "info" {
+		// The demo prints what happens; the daemons' info logs would drown it.
+		log.SetLevel(logrus.WarnLevel)
+	}
+	if o.workers < 1 {
+		return fmt.Errorf("--workers must be at least 1")
+	}
+	f, err := startDev(ctx, log, o)
+	if f != nil {
+		defer f.stop()
+	}
+	if err != nil {
+		return err
+	}
+	natsURL := f.nats.ClientURL()
+	fmt.Fprintf(out, "teamster dev\n  nats     %s (JetStream)\n  redis    %s\n  router   1\n  workers  %d\n\n", natsURL, f.redisURL, len(f.workers))
+	if o.demo {
+		return playDemo(ctx, out, natsURL)
+	}
+	fmt.Fprintf(out, "Try:  TEAMSTER_NATS_URL=%s teamster submit -f attempt.json --follow\nCtrl-C stops the fleet.\n", natsURL)
+	sig := <-cmdutil.Signals()
+	log.WithField("signal", sig.String()).Info("stopping the fleet")
+	return nil
+}
+
+func startDev(ctx context.Context, log *logrus.Logger, o devOptions) (*devFleet, error) {
+	f := &devFleet{log: log}
+	tmp, err := os.MkdirTemp("", "teamster-dev-")
+	if err != nil {
+		return nil, err
+	}
+	f.tmp = tmp
+	store := o.storeDir
+	if store == "" {
+		store = filepath.Join(tmp, "jetstream")
+	}
+	if f.nats, err = bus.StartEmbedded(bus.EmbeddedOptions{Port: o.natsPort, StoreDir: store}); err != nil {
+		return f, fmt.Errorf("embedded NATS on port %d: %w (is another server using it? try --nats-port 0)", o.natsPort, err)
+	}
+	f.redisURL = o.redisURL
+	if f.redisURL == "" {
+		if err := os.MkdirAll(filepath.Join(tmp, "redis"), 0o755); err != nil {
+			return f, err
+		}
+		if f.redis, err = redisproc.Start(filepath.Join(tmp, "redis")); err != nil {
+			return f, err
+		}
+		f.redisURL = f.redis.URL()
+	}
+	var policy *selection.Policy
+	if o.runtimeConfig != "" {
+		if policy, err = selection.LoadPolicy(o.runtimeConfig); err != nil {
+			return f, err
+		}
+	}
+	nc, rdb, err := f.connect("teamster-dev-router")
+	if err != nil {
+		return f, err
+	}
+	if f.router, err = router.New(router.Params{NATS: nc, Redis: rdb, Policy: policy, Logger: log.WithField("proc", "router")}); err != nil {
+		return f, err
+	}
+	if err := f.router.Start(ctx); err != nil {
+		return f, err
+	}
+	for i := 1; i <= o.workers; i++ {
+		var cfg *worker.Config
+		if o.workerConfig != "" {
+			if cfg, err = worker.LoadConfig(o.workerConfig); err != nil {
+				return f, err
+			}
+			cfg.WorkerID = fmt.Sprintf("%s-%d", cfg.WorkerID, i)
+		} else {
+			cfg = worker.DevConfig(fmt.Sprintf("w%d", i), 64)
+		}
+		nc, rdb, err := f.connect("teamster-dev-" + cfg.WorkerID)
+		if err != nil {
+			return f, err
+		}
+		w, err := worker.New(worker.Params{Config: cfg, NATS: nc, Redis: rdb, Logger: log.WithField("proc", cfg.WorkerID)})
+		if err != nil {
+			return f, err
+		}
+		if err := w.Start(ctx); err != nil {
+			return f, err
+		}
+		f.workers = append(f.workers, w)
+	}
+	// Let the router see every worker before anything is submitted.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(f.router.Manifests()) < len(f.workers) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return f, nil
+}
+
+func (f *devFleet) connect(name string) (*nats.Conn, *redis.Client, error) {
+	nc, err := nats.Connect(f.nats.ClientURL(), nats.Name(name), nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, nil, err
+	}
+	opts, err := redis.ParseURL(f.redisURL)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	rdb := redis.NewClient(opts)
+	f.conns = append(f.conns, nc)
+	f.rdbs = append(f.rdbs, rdb)
+	return nc, rdb, nil
+}
+
+// stop drains the workers, stops the router, then the servers.
+func (f *devFleet) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, w := range f.workers {
+		_ = w.Drain(ctx)
+	}
+	if f.router != nil {
+		f.router.Stop()
+	}
+	for _, nc := range f.conns {
+		nc.Close()
+	}
+	for _, rdb := range f.rdbs {
+		rdb.Close()
+	}
+	if f.nats != nil {
+		f.nats.Shutdown()
+		f.nats.WaitForShutdown()
+	}
+	if f.redis != nil {
+		_ = f.redis.Stop()
+	}
+	_ = os.RemoveAll(f.tmp)
+}

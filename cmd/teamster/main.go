@@ -1,0 +1,57 @@
+// Command teamster is the operator and developer CLI of a teamster fleet:
+// run a whole local fleet (dev), submit attempts and follow them, read
+// results, explain a harness selection, cancel a run.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/teamster-fleet/teamster/internal/cmdutil"
+)
+
+// exitError carries a process exit code through cobra.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+
+func main() {
+	var common cmdutil.Common
+	root := &cobra.Command{
+		Use:   "teamster",
+		Short: "Operate and develop against a teamster fleet",
+		Long: `teamster is the CLI of a teamster fleet: routers choose the harness of each
+prepared attempt and publish it on NATS JetStream; workers claim attempts under
+Redis session leases and run them; events and one result flow back.
+
+Settings come from flags or the environment: TEAMSTER_NATS_URL,
+TEAMSTER_REDIS_URL, TEAMSTER_LOG_LEVEL, TEAMSTER_LOG_FORMAT.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	cmdutil.AddCommon(root.PersistentFlags(), &common)
+	root.AddCommand(
+		devCmd(&common),
+		submitCmd(&common),
+		resultCmd(&common),
+		explainCmd(&common),
+		cancelCmd(&common),
+	)
+	if err := root.Execute(); err != nil {
+		code := 1
+		var ee *exitError
+		if errors.As(err, &ee) {
+			code = ee.code
+		}
+		if err.Error() != "" {
+			fmt.Fprintln(os.Stderr, "teamster:", err)
+		}
+		os.Exit(code)
+	}
+}

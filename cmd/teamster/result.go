@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/teamster-fleet/teamster/client"
+	"github.com/teamster-fleet/teamster/internal/cmdutil"
+)
+
+func resultCmd(common *cmdutil.Common) *cobra.Command {
+	var (
+		wait   time.Duration
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "result <attemptId>",
+		Short: "Print an attempt's durable result",
+		Long: `result reads an attempt's terminal result from the durable stream
+TEAMSTER_RESULTS (kept 24 hours), whoever submitted it and whether or not that
+client is still connected. With --wait it waits for the result to appear.
+
+Exit codes: 0 an ok result; 1 no result (or an error); 2 a result that is not ok.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			log, err := common.Logger()
+			if err != nil {
+				return err
+			}
+			nc, err := common.ConnectNATS("teamster-cli", log)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			c, err := client.New(nc)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), max(wait, 10*time.Second))
+			defer cancel()
+			res, err := c.Result(ctx, args[0])
+			if errors.Is(err, client.ErrNoResult) && wait > 0 {
+				res, err = c.WaitResult(ctx, args[0])
+			}
+			if errors.Is(err, client.ErrNoResult) {
+				return &exitError{1, fmt.Errorf("no result for %s (not finished, unknown, or older than 24 hours)", args[0])}
+			}
+			if err != nil {
+				return &exitError{1, err}
+			}
+			if asJSON {
+				printJSON(cmd.OutOrStdout(), res)
+			} else {
+				fmt.Fprintf(cmd.OutOrStdout(), "attempt    %s (harness %s)\n", res.AttemptID, dash(res.HarnessID))
+				printResult(cmd.OutOrStdout(), res, 0)
+			}
+			return resultExit(res)
+		},
+	}
+	cmd.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for the result to appear")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
+	return cmd
+}
+
+func cancelCmd(common *cmdutil.Common) *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "cancel <attemptId>",
+		Short: "Cancel a running attempt",
+		Long: `cancel asks the worker running an attempt to cancel it; the attempt ends with
+status cancelled. An attempt that is not running is no_active_run.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			log, err := common.Logger()
+			if err != nil {
+				return err
+			}
+			nc, err := common.ConnectNATS("teamster-cli", log)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			c, err := client.New(nc)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := c.Cancel(ctx, args[0], reason); err != nil {
+				return &exitError{1, err}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "cancel sent to %s\n", args[0])
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why (carried in the result's error message)")
+	return cmd
+}

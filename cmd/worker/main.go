@@ -1,0 +1,100 @@
+// Command worker runs a teamster worker: it hosts the harnesses of its config
+// file, claims attempts under Redis session leases and runs them.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/teamster-fleet/teamster/harness/scripted"
+	"github.com/teamster-fleet/teamster/internal/cmdutil"
+	"github.com/teamster-fleet/teamster/worker"
+)
+
+func main() {
+	var (
+		common     cmdutil.Common
+		configPath string
+		ledgerPath string
+	)
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: "Run attempts of the harnesses this worker hosts",
+		Long: `worker hosts the harnesses listed in its config file (--config; see the README
+for the format), fetches attempts for them from JetStream only when it has a
+free slot, claims each under a Redis session lease (one turn per session at a
+time, in order), runs it and publishes exactly one result.
+
+SIGINT or SIGTERM drains the worker: it stops fetching, lets running attempts
+finish (cancelling what remains with drain_timeout after drainTimeoutMs),
+leaves the registry and exits 0. A second signal exits at once with 1.`,
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := common.Logger()
+			if err != nil {
+				return err
+			}
+			if configPath == "" {
+				return fmt.Errorf("--config is required (env %s)", cmdutil.EnvWorkerConfig)
+			}
+			cfg, err := worker.LoadConfig(configPath)
+			if err != nil {
+				return err
+			}
+			var env worker.FactoryEnv
+			if ledgerPath != "" {
+				l, err := scripted.NewFileLedger(ledgerPath)
+				if err != nil {
+					return err
+				}
+				defer l.Close()
+				env.Ledger = l
+			}
+			nc, err := common.ConnectNATS("teamster-worker-"+cfg.WorkerID, log)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			rdb, err := common.Redis(context.Background())
+			if err != nil {
+				return err
+			}
+			defer rdb.Close()
+			w, err := worker.New(worker.Params{Config: cfg, NATS: nc, Redis: rdb, Logger: log, Env: env})
+			if err != nil {
+				return err
+			}
+			if err := w.Start(context.Background()); err != nil {
+				return err
+			}
+			signals := cmdutil.Signals()
+			select {
+			case sig := <-signals:
+				log.WithField("signal", sig.String()).Info("draining")
+			case <-w.Done():
+				return nil // drained through its control subject
+			}
+			go func() {
+				<-signals
+				log.Error("second signal: exiting without finishing the drain")
+				os.Exit(1)
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout()+time.Minute)
+			defer cancel()
+			return w.Drain(ctx)
+		},
+	}
+	cmdutil.AddCommon(cmd.Flags(), &common)
+	cmd.Flags().StringVar(&configPath, "config", cmdutil.Env(cmdutil.EnvWorkerConfig, ""),
+		"worker config JSON file (env "+cmdutil.EnvWorkerConfig+")")
+	cmd.Flags().StringVar(&ledgerPath, "ledger", os.Getenv("TEAMSTER_LEDGER"),
+		"append the scripted harness's run start/end records to this file (tests; env TEAMSTER_LEDGER)")
+	if err := cmd.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(1)
+	}
+}

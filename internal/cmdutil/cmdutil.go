@@ -1,0 +1,132 @@
+// Package cmdutil holds what the three commands share: settings from flags
+// and TEAMSTER_* environment variables, the logger, and the NATS and Redis
+// connections of a daemon.
+package cmdutil
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/redis/go-redis/v9"
+	"github.com/sirupsen/logrus"
+	"github.com/spf13/pflag"
+)
+
+// Environment variables and their defaults (DESIGN.md, "Running it").
+const (
+	EnvNATSURL       = "TEAMSTER_NATS_URL"
+	EnvRedisURL      = "TEAMSTER_REDIS_URL"
+	EnvLogLevel      = "TEAMSTER_LOG_LEVEL"
+	EnvLogFormat     = "TEAMSTER_LOG_FORMAT"
+	EnvMetricsAddr   = "TEAMSTER_METRICS_ADDR"
+	EnvRuntimeConfig = "TEAMSTER_RUNTIME_CONFIG"
+	EnvWorkerConfig  = "TEAMSTER_WORKER_CONFIG"
+
+	DefaultNATSURL  = "nats://127.0.0.1:4222"
+	DefaultRedisURL = "redis://127.0.0.1:6379/0"
+)
+
+// Env returns the environment variable name, or def when it is unset or empty.
+func Env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// Common are the settings every command takes.
+type Common struct {
+	NATSURL   string
+	RedisURL  string
+	LogLevel  string
+	LogFormat string
+}
+
+// AddCommon registers --nats-url, --redis-url, --log-level and --log-format,
+// with defaults from the environment.
+func AddCommon(fs *pflag.FlagSet, c *Common) {
+	fs.StringVar(&c.NATSURL, "nats-url", Env(EnvNATSURL, DefaultNATSURL), "NATS server URL(s), comma-separated (env "+EnvNATSURL+")")
+	fs.StringVar(&c.RedisURL, "redis-url", Env(EnvRedisURL, DefaultRedisURL), "Redis URL, redis:// or rediss:// (env "+EnvRedisURL+")")
+	fs.StringVar(&c.LogLevel, "log-level", Env(EnvLogLevel, "info"), "log level: debug, info, warn, error (env "+EnvLogLevel+")")
+	fs.StringVar(&c.LogFormat, "log-format", Env(EnvLogFormat, "text"), "log format: text or json (env "+EnvLogFormat+")")
+}
+
+// Logger builds the logger the settings ask for.
+func (c *Common) Logger() (*logrus.Logger, error) {
+	l := logrus.New()
+	lvl, err := logrus.ParseLevel(c.LogLevel)
+	if err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", c.LogLevel)
+	}
+	l.SetLevel(lvl)
+	switch strings.ToLower(c.LogFormat) {
+	case "json":
+		l.SetFormatter(&logrus.JSONFormatter{})
+	case "text", "":
+		l.SetFormatter(&logrus.TextFormatter{FullTimestamp: true})
+	default:
+		return nil, fmt.Errorf("--log-format %q: want text or json", c.LogFormat)
+	}
+	l.SetOutput(os.Stderr)
+	return l, nil
+}
+
+// ConnectNATS connects to NATS and keeps reconnecting forever, logging
+// disconnects and reconnects. The URL's credentials are never logged.
+func (c *Common) ConnectNATS(name string, log logrus.FieldLogger) (*nats.Conn, error) {
+	nc, err := nats.Connect(c.NATSURL,
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond),
+		nats.RetryOnFailedConnect(false),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("nats disconnected: " + err.Error())
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats reconnected to " + nc.ConnectedUrlRedacted()) }),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w", redactURL(c.NATSURL), err)
+	}
+	return nc, nil
+}
+
+// Redis returns a Redis client for the URL and checks that Redis answers.
+func (c *Common) Redis(ctx context.Context) (*redis.Client, error) {
+	opts, err := redis.ParseURL(c.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("--redis-url: %w", err)
+	}
+	rdb := redis.NewClient(opts)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("connect to Redis at %s: %w", opts.Addr, err)
+	}
+	return rdb, nil
+}
+
+// redactURL hides a password in a URL.
+func redactURL(u string) string {
+	if i := strings.Index(u, "@"); i > 0 {
+		if j := strings.Index(u, "://"); j >= 0 && j < i {
+			return u[:j+3] + "***" + u[i:]
+		}
+	}
+	return u
+}
+
+// Signals returns a channel that receives SIGINT and SIGTERM.
+func Signals() <-chan os.Signal {
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	return ch
+}

@@ -1,0 +1,216 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/teamster-fleet/teamster"
+	"github.com/teamster-fleet/teamster/bus"
+	"github.com/teamster-fleet/teamster/harness/scripted"
+	"github.com/teamster-fleet/teamster/internal/fleettest"
+	"github.com/teamster-fleet/teamster/internal/testenv"
+	"github.com/teamster-fleet/teamster/worker"
+)
+
+// buildBinaries builds cmd/router, cmd/worker and cmd/teamster once per test
+// binary.
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
+
+func binaries(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "teamster-bin-")
+		if buildErr != nil {
+			return
+		}
+		cmd := exec.Command("go", "build", "-o", binDir+"/", "../../cmd/router", "../../cmd/worker", "../../cmd/teamster")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binDir
+}
+
+// proc is a started daemon process.
+type proc struct {
+	cmd  *exec.Cmd
+	out  *bytes.Buffer
+	done chan error
+}
+
+func start(t *testing.T, name string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binaries(t), name), args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, out: &out, done: make(chan error, 1)}
+	go func() { p.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("%s output:\n%s", name, out.String())
+		}
+	})
+	return p
+}
+
+// The real binaries: cmd/router and two cmd/worker processes against a
+// redis-server process and a NATS server on a local port; attempts submitted
+// with `teamster submit`, results read with `teamster result`; SIGTERM drains
+// a worker and it exits 0.
+func TestProcesses(t *testing.T) {
+	redisSrv := testenv.NewRedis(t)
+	natsSrv := testenv.NewNATS(t)
+	dir := t.TempDir()
+	ledger := filepath.Join(dir, "ledger.jsonl")
+	common := []string{"--nats-url", natsSrv.URL(), "--redis-url", redisSrv.URL(), "--log-format", "json"}
+
+	router := start(t, "router", common...)
+	var workers []*proc
+	for i := 1; i <= 2; i++ {
+		cfg := worker.DevConfig(fmt.Sprintf("pw%d", i), 8)
+		cfg.LeaseTTLMs = 2000
+		path := filepath.Join(dir, fmt.Sprintf("worker-%d.json", i))
+		b, _ := json.Marshal(cfg)
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		workers = append(workers, start(t, "worker", append(common, "--config", path, "--ledger", ledger)...))
+	}
+	_ = router
+	teamsterCLI := func(args ...string) (string, int) {
+		cmd := exec.Command(filepath.Join(binaries(t), "teamster"), append(args, "--nats-url", natsSrv.URL())...)
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return string(out), code
+	}
+	// Wait for both workers to register (explain reads the live registry).
+	attemptFile := func(name, prompt string) string {
+		a := fleettest.Attempt("proc-session", prompt)
+		b, _ := json.Marshal(a)
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	first := attemptFile("a1.json", fleettest.Script(`{"sleep":200}`, `{"say":"one"}`))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, code := teamsterCLI("explain", "-f", first)
+		if code == 0 && strings.Contains(out, "selected   codex (auto_plugin)") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("workers never registered:\n%s", out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// Three turns of one session, submitted in order, followed as JSON.
+	var ids []string
+	for i, f := range []string{first, attemptFile("a2.json", "two"), attemptFile("a3.json", fleettest.Script(`{"say":"three"}`))} {
+		out, code := teamsterCLI("submit", "-f", f, "--json")
+		if code != 0 {
+			t.Fatalf("submit %d exited %d:\n%s", i, code, out)
+		}
+		var rep bus.SubmitReply
+		if err := json.Unmarshal([]byte(firstLine(out)), &rep); err != nil || rep.Status != bus.StatusAccepted {
+			t.Fatalf("submit %d reply %q: %v", i, out, err)
+		}
+		ids = append(ids, rep.AttemptID)
+	}
+	for i, id := range ids {
+		out, code := teamsterCLI("result", id, "--wait", "60s", "--json")
+		if code != 0 {
+			t.Fatalf("result %s exited %d:\n%s", id, code, out)
+		}
+		var r bus.Result
+		if err := json.Unmarshal([]byte(firstLine(out)), &r); err != nil {
+			t.Fatalf("result output %q: %v", out, err)
+		}
+		want := []string{"one", "two", "three"}[i]
+		if r.Status != teamster.StatusOK || len(r.AssistantTexts) != 1 || r.AssistantTexts[0] != want {
+			t.Fatalf("result of turn %d: %+v", i+1, r)
+		}
+	}
+	// --follow streams the events and ends with the result.
+	out, code := teamsterCLI("submit", "-f", attemptFile("a4.json", fleettest.Script(`{"say":"followed"}`)), "--follow", "--json")
+	if code != 0 || !strings.Contains(out, `"type":"claimed"`) || !strings.Contains(out, `"type":"result"`) {
+		t.Fatalf("submit --follow exited %d:\n%s", code, out)
+	}
+	// A failing result exits 2.
+	if out, code := teamsterCLI("submit", "-f", attemptFile("a5.json", fleettest.Script(`{"fail":"no"}`)), "--follow"); code != 2 || !strings.Contains(out, "harness_failed") {
+		t.Fatalf("failing attempt exited %d:\n%s", code, out)
+	}
+	// The ledger the worker processes wrote: in order, no overlap, no replay.
+	entries, err := scripted.ReadLedger(ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := scripted.CheckLedger(entries); err != nil {
+		t.Fatal(err)
+	}
+	if err := scripted.CheckReplays(entries); err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, e := range entries {
+		if e.Event == scripted.EventStart && len(order) < 3 {
+			order = append(order, e.Attempt)
+		}
+	}
+	if fmt.Sprint(order) != fmt.Sprint(ids) {
+		t.Fatalf("turns ran %v, submitted %v", order, ids)
+	}
+	// SIGTERM drains a worker: it exits 0.
+	for _, w := range workers {
+		_ = w.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-w.done:
+			if err != nil {
+				t.Fatalf("worker exited with %v:\n%s", err, w.out)
+			}
+			w.done <- nil
+		case <-time.After(30 * time.Second):
+			t.Fatal("worker did not exit after SIGTERM")
+		}
+	}
+}
+
+func firstLine(s string) string {
+	sc := bufio.NewScanner(strings.NewReader(s))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	if sc.Scan() {
+		return sc.Text()
+	}
+	return ""
+}
