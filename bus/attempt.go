@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/teamster-fleet/teamster"
+	"github.com/teamster-fleet/teamster/delegation"
 	"github.com/teamster-fleet/teamster/selection"
 )
 
@@ -298,4 +299,14 @@ func (r *SubmitReply) Err() error {
 		return r.Error
 	}
 	return nil
+}
+
+// DelegationRequest is what the delegated-execution check knows of the
+// attempt, submitted by delegate.
+func (a *Attempt) DelegationRequest(delegate string) delegation.Request {
+	return delegation.Request{
+		Delegate: delegate, SessionKey: a.SessionKey, SessionID: a.SessionID, StorePath: a.StorePath, AgentID: a.AgentID,
+		ModelSelectionLocked: a.ModelSelectionLocked, AgentHarnessID: a.AgentHarnessID,
+		AgentHarnessRuntimeOverride: a.AgentHarnessRuntimeOverride,
+	}
 }

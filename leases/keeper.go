@@ -172,6 +172,9 @@ type ClaimResult struct {
 	Blocker string
 	// State is the attempt's state when Done.
 	State string
+	// Accepted and ClaimedAt are the attempt's acceptance and claim times
+	// (Redis's clock) when Claimed: the queue wait is their difference.
+	Accepted, ClaimedAt time.Time
 }
 
 // Claim runs the claim script for attemptID of sessionKey and, when it is
@@ -208,8 +211,14 @@ func (k *Keeper) Claim(ctx context.Context, sessionKey, attemptID string) (*Leas
 	default:
 		return nil, ClaimResult{}, fmt.Errorf("claim: unexpected reply %q", res)
 	}
-	if len(res) < 3 {
+	if len(res) < 4 {
 		return nil, ClaimResult{}, fmt.Errorf("claim: unexpected reply %q", res)
+	}
+	if ms, err := strconv.ParseInt(res[2], 10, 64); err == nil {
+		cr.ClaimedAt = time.UnixMilli(ms)
+	}
+	if ms, err := strconv.ParseInt(res[3], 10, 64); err == nil {
+		cr.Accepted = time.UnixMilli(ms)
 	}
 	l := &Lease{k: k, keys: keys, sessionKey: sessionKey, attemptID: attemptID, fence: res[1], done: make(chan struct{})}
 	l.lastOK.Store(sentAt.UnixNano())

@@ -100,11 +100,11 @@ return 1
 // ARGV[5] the first reservation of event seq numbers
 // ARGV[6] the session prefix teamster:{s}: (for the records of earlier entries)
 // ARGV[7] TTL (ms) of a record once finished
-// Returns {"claimed", fence, now}, {"busy", blocker}, {"done", state},
+// Returns {"claimed", fence, now, acceptedAt}, {"busy", blocker}, {"done", state},
 // {"expired"} (the queue deadline passed: queue_timeout recorded) or {"missing"}.
 var claimScript = redis.NewScript(prelude + `
 local now = now_ms()
-local st = redis.call('HMGET', KEYS[2], 'state', 'deadline')
+local st = redis.call('HMGET', KEYS[2], 'state', 'deadline', 'accepted')
 if not st[1] then return {'missing'} end
 if st[1] ~= 'accepted' then return {'done', st[1]} end
 if now >= tonumber(st[2]) then
@@ -141,7 +141,7 @@ local fence = epoch .. ':' .. redis.call('HINCRBY', KEYS[4], 'n', 1)
 redis.call('HSET', KEYS[3], 'holder', ARGV[2], 'attempt', ARGV[1], 'fence', fence)
 redis.call('PEXPIRE', KEYS[3], ARGV[3])
 redis.call('HSET', KEYS[2], 'state', 'claimed', 'worker', ARGV[2], 'fence', fence, 'claimed', now, 'seqmax', ARGV[5])
-return {'claimed', fence, tostring(now)}
+return {'claimed', fence, tostring(now), st[3] or tostring(now)}
 `)
 
 // renewScript extends a held lease and raises the attempt's event seq
@@ -360,5 +360,5 @@ return revoked
 var allScripts = []*redis.Script{
 	epochScript, acceptScript, unacceptScript, claimScript, renewScript, releaseScript,
 	finishScript, abandonScript, markPublishedScript, writeSessionScript, dueScript,
-	reapScript, grantScript, revokeScript,
+	reapScript, grantScript, revokeScript, sessionOpScript,
 }

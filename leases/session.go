@@ -4,6 +4,8 @@ import (
 	"context"
 	"strconv"
 	"time"
+
+	"github.com/teamster-fleet/teamster/delegation"
 )
 
 // Session record fields (teamster:{s}:session).
@@ -30,7 +32,10 @@ type SessionRecord struct {
 	OwnerPluginID        string
 	// NativeBinding is the harness's native session binding (opaque JSON).
 	NativeBinding string
-	// Fence is the fence of the last write; Updated its time.
+	// Archived is set by the owner's archive operation.
+	Archived bool
+	// Fence is the fence of the last write under a lease; Updated the time of
+	// the last write.
 	Fence   string
 	Updated time.Time
 }
@@ -93,7 +98,20 @@ func (s *Store) Session(ctx context.Context, sessionKey string) (*SessionRecord,
 		AgentHarnessID:       m[FieldAgentHarnessID],
 		OwnerPluginID:        m[FieldOwnerPluginID],
 		NativeBinding:        m[FieldNativeBinding],
+		Archived:             m[FieldArchived] == "1",
 		Fence:                m["fence"],
 		Updated:              time.UnixMilli(updated),
 	}, nil
+}
+
+// Delegation is what the delegated-execution check knows of the record; nil
+// for a nil record (no record: nothing to delegate).
+func (r *SessionRecord) Delegation() *delegation.Record {
+	if r == nil {
+		return nil
+	}
+	return &delegation.Record{
+		SessionKey: r.SessionKey, SessionID: r.SessionID, StorePath: r.StorePath, AgentID: r.AgentID,
+		ModelSelectionLocked: r.ModelSelectionLocked, AgentHarnessID: r.AgentHarnessID, OwnerPluginID: r.OwnerPluginID,
+	}
 }

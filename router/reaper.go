@@ -12,6 +12,7 @@ import (
 
 	"github.com/teamster-fleet/teamster"
 	"github.com/teamster-fleet/teamster/bus"
+	"github.com/teamster-fleet/teamster/internal/metrics"
 	"github.com/teamster-fleet/teamster/leases"
 )
 
@@ -32,6 +33,7 @@ type reaperParams struct {
 	nc       *nats.Conn
 	interval time.Duration
 	log      logrus.FieldLogger
+	m        *metrics.Router
 }
 
 // reaper settles what no worker will: queue_timeout for attempts nobody
@@ -122,6 +124,7 @@ func (rp *reaper) reap(ctx context.Context, e leases.DueEntry) {
 		return
 	default:
 		log.WithFields(logrus.Fields{"outcome": res.Outcome, "worker": res.WorkerID}).Info("reaper published the attempt's result")
+		rp.m.Reaped.WithLabelValues(res.Outcome).Inc()
 		if res.ReplyTo != "" {
 			ev := &bus.Event{V: bus.Version, AttemptID: e.AttemptID, Seq: res.SeqMax + 1, Type: bus.EventResult, Data: body}
 			if err := bus.SendEvent(rp.nc, res.ReplyTo, ev); err != nil {

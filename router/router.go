@@ -17,6 +17,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/teamster-fleet/teamster/bus"
+	"github.com/teamster-fleet/teamster/internal/metrics"
 	"github.com/teamster-fleet/teamster/leases"
 	"github.com/teamster-fleet/teamster/selection"
 )
@@ -34,6 +35,8 @@ type Params struct {
 	ReaperInterval time.Duration
 	// Concurrency bounds the requests handled at once; default 256.
 	Concurrency int
+	// Metrics; nil records into unregistered collectors.
+	Metrics *metrics.Router
 }
 
 // Router serves submits and reaps.
@@ -44,6 +47,8 @@ type Router struct {
 	policy *selection.Policy
 	log    logrus.FieldLogger
 	sem    chan struct{}
+	m      *metrics.Router
+	rdb    redis.UniversalClient
 
 	registry *registryView
 	reaper   *reaper
@@ -67,13 +72,16 @@ func New(p Params) (*Router, error) {
 	if p.Concurrency <= 0 {
 		p.Concurrency = 256
 	}
+	if p.Metrics == nil {
+		p.Metrics = metrics.NewRouter(nil)
+	}
 	js, err := jetstream.New(p.NATS)
 	if err != nil {
 		return nil, fmt.Errorf("router: jetstream: %w", err)
 	}
-	r := &Router{nc: p.NATS, js: js, store: leases.NewStore(p.Redis), policy: p.Policy,
+	r := &Router{nc: p.NATS, js: js, store: leases.NewStore(p.Redis), policy: p.Policy, m: p.Metrics, rdb: p.Redis,
 		log: p.Logger.WithField("component", "router"), sem: make(chan struct{}, p.Concurrency)}
-	r.reaper = newReaper(reaperParams{store: r.store, js: js, nc: p.NATS, interval: p.ReaperInterval, log: r.log})
+	r.reaper = newReaper(reaperParams{store: r.store, js: js, nc: p.NATS, interval: p.ReaperInterval, log: r.log, m: p.Metrics})
 	return r, nil
 }
 
@@ -91,8 +99,14 @@ func (r *Router) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("router: registry: %w", err)
 	}
-	if err := r.serve(bus.SubjectSubmit, r.onSubmit); err != nil {
-		return err
+	for subject, h := range map[string]func(*nats.Msg){
+		bus.SubjectSubmit:          r.onSubmit,
+		bus.SubjectSubmitDelegates: r.onSubmitDelegate,
+		bus.SubjectSessionOps:      r.onSessionOp,
+	} {
+		if err := r.serve(subject, h); err != nil {
+			return err
+		}
 	}
 	r.reaper.start()
 	r.log.Info("router serving")
@@ -136,6 +150,17 @@ func (r *Router) Stop() {
 	if r.registry != nil {
 		r.registry.stop()
 	}
+}
+
+// Ready reports why the router cannot serve, nil when NATS and Redis answer.
+func (r *Router) Ready(ctx context.Context) error {
+	if !r.nc.IsConnected() {
+		return errors.New("NATS is not connected")
+	}
+	if err := r.rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	return nil
 }
 
 // Manifests returns the harness manifests live workers advertise now.

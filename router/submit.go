@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/teamster-fleet/teamster"
 	"github.com/teamster-fleet/teamster/bus"
+	"github.com/teamster-fleet/teamster/delegation"
 	"github.com/teamster-fleet/teamster/leases"
 	"github.com/teamster-fleet/teamster/selection"
 )
@@ -19,6 +21,17 @@ const submitTimeout = 10 * time.Second
 
 func (r *Router) onSubmit(m *nats.Msg) { r.submit(m, "") }
 
+// onSubmitDelegate serves teamster.submit.delegate.<pluginId>: the delegate's
+// identity is the subject's last token, never anything in the body.
+func (r *Router) onSubmitDelegate(m *nats.Msg) {
+	delegate, err := bus.DelegateFromSubject(m.Subject)
+	if err != nil {
+		r.replySubmit(m, &bus.SubmitReply{V: bus.Version, Status: bus.StatusRejected, Error: teamster.AsError(err)})
+		return
+	}
+	r.submit(m, delegate)
+}
+
 // submit handles one submit (delegate is "" for the owner): validate, select,
 // record (reaper index, then record and order), publish with Nats-Msg-Id,
 // reply. Every refusal is a typed rejected reply that changed no state.
@@ -26,30 +39,38 @@ func (r *Router) submit(m *nats.Msg, delegate string) {
 	a, err := bus.DecodeSubmit(m.Data)
 	if err != nil {
 		r.log.WithField("code", teamster.CodeOf(err)).Debug("submit rejected: " + err.Error())
-		r.reply(m, &bus.SubmitReply{V: bus.Version, Status: bus.StatusRejected, Error: teamster.AsError(err)})
+		r.replySubmit(m, &bus.SubmitReply{V: bus.Version, Status: bus.StatusRejected, Error: teamster.AsError(err)})
 		return
 	}
 	if a.AttemptID == "" {
 		a.AttemptID = ulid.Make().String()
 	}
 	log := r.log.WithFields(logrus.Fields{"attempt": a.AttemptID, "session": leases.Tag(a.SessionKey)})
+	if delegate != "" {
+		log = log.WithField("delegate", delegate)
+		if err := r.checkDelegate(delegate, a); err != nil {
+			log.WithField("field", delegation.DeniedField(err)).Info("delegated submit refused")
+			r.replySubmit(m, &bus.SubmitReply{V: bus.Version, Status: bus.StatusRejected, AttemptID: a.AttemptID, Error: teamster.AsError(err)})
+			return
+		}
+	}
 	d, err := selection.Select(r.policy, factsOf(a), r.registry.manifests())
 	rec := d.Record
 	rec.SessionKey = a.SessionKey
 	logSelection(log, &rec, err)
 	if err != nil {
-		r.reply(m, &bus.SubmitReply{V: bus.Version, Status: bus.StatusRejected, AttemptID: a.AttemptID, Selection: &rec, Error: teamster.AsError(err)})
+		r.replySubmit(m, &bus.SubmitReply{V: bus.Version, Status: bus.StatusRejected, AttemptID: a.AttemptID, Selection: &rec, Error: teamster.AsError(err)})
 		return
 	}
 	if d.Embedded() {
 		// No worker hosts the embedded runtime: the gateway runs the turn.
-		r.reply(m, &bus.SubmitReply{V: bus.Version, Status: bus.StatusFallback, AttemptID: a.AttemptID, HarnessID: d.HarnessID, Selection: &rec})
+		r.replySubmit(m, &bus.SubmitReply{V: bus.Version, Status: bus.StatusFallback, AttemptID: a.AttemptID, HarnessID: d.HarnessID, Selection: &rec})
 		return
 	}
 	accepted := &bus.SubmitReply{V: bus.Version, Status: bus.StatusAccepted, AttemptID: a.AttemptID, HarnessID: d.HarnessID, Selection: &rec}
 	replyBody, err := bus.Encode(accepted)
 	if err != nil {
-		r.reply(m, &bus.SubmitReply{V: bus.Version, Status: bus.StatusRejected, AttemptID: a.AttemptID, Error: teamster.AsError(err)})
+		r.replySubmit(m, &bus.SubmitReply{V: bus.Version, Status: bus.StatusRejected, AttemptID: a.AttemptID, Error: teamster.AsError(err)})
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), submitTimeout)
@@ -60,7 +81,7 @@ func (r *Router) submit(m *nats.Msg, delegate string) {
 	})
 	if err != nil {
 		log.Error("submit failed: record the attempt: " + err.Error())
-		r.reply(m, rejectedInternal(a.AttemptID, "the fleet could not record the attempt"))
+		r.replySubmit(m, rejectedInternal(a.AttemptID, "the fleet could not record the attempt"))
 		return
 	}
 	if !acc.New {
@@ -73,6 +94,7 @@ func (r *Router) submit(m *nats.Msg, delegate string) {
 			}
 		}
 		log.WithField("state", acc.State).Debug("resubmit answered from the record")
+		r.countSubmit(bus.StatusAccepted, nil)
 		r.respond(m, acc.Reply)
 		return
 	}
@@ -81,10 +103,11 @@ func (r *Router) submit(m *nats.Msg, delegate string) {
 		if ok, uerr := r.store.Unaccept(context.Background(), a.SessionKey, a.AttemptID); uerr != nil || !ok {
 			log.Warn("could not withdraw the unpublished attempt; the reaper will time it out")
 		}
-		r.reply(m, rejectedInternal(a.AttemptID, "the fleet could not publish the attempt"))
+		r.replySubmit(m, rejectedInternal(a.AttemptID, "the fleet could not publish the attempt"))
 		return
 	}
 	log.WithField("harness", d.HarnessID).Debug("accepted")
+	r.countSubmit(bus.StatusAccepted, nil)
 	r.respond(m, replyBody)
 }
 
@@ -140,6 +163,19 @@ func candidatesField(cs []selection.Candidate) []string {
 	return out
 }
 
+// replySubmit answers a submit and counts it.
+func (r *Router) replySubmit(m *nats.Msg, rep *bus.SubmitReply) {
+	r.countSubmit(rep.Status, rep.Error)
+	r.reply(m, rep)
+}
+
+func (r *Router) countSubmit(status string, e *teamster.Error) {
+	r.m.Submitted.WithLabelValues(status).Inc()
+	if e != nil {
+		r.m.Rejected.WithLabelValues(string(e.Code)).Inc()
+	}
+}
+
 func (r *Router) reply(m *nats.Msg, v any) {
 	b, err := bus.Encode(v)
 	if err != nil {
@@ -156,4 +192,27 @@ func (r *Router) respond(m *nats.Msg, b []byte) {
 	if err := m.Respond(b); err != nil {
 		r.log.Debug("reply not sent: " + err.Error())
 	}
+}
+
+// checkDelegate runs the delegated-execution check at submit, against the
+// stored session record and the pinned harness's manifest in the registry.
+// The worker checks again under the lease, and its check is the one that
+// counts.
+func (r *Router) checkDelegate(delegate string, a *bus.Attempt) error {
+	ctx, cancel := context.WithTimeout(context.Background(), submitTimeout)
+	defer cancel()
+	rec, err := r.store.Session(ctx, a.SessionKey)
+	if err != nil && !errors.Is(err, leases.ErrNotFound) {
+		return teamster.Errorf(teamster.CodeInternal, "read the session record: %v", err)
+	}
+	var pinned selection.Manifest
+	if rec != nil {
+		for _, m := range r.registry.manifests() {
+			if m.ID == rec.AgentHarnessID {
+				pinned = m
+				break
+			}
+		}
+	}
+	return delegation.Check(a.DelegationRequest(delegate), rec.Delegation(), pinned)
 }

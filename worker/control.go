@@ -1,12 +1,17 @@
 package worker
 
 import (
+	"context"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/sirupsen/logrus"
 
 	"github.com/teamster-fleet/teamster"
 	"github.com/teamster-fleet/teamster/bus"
+	"github.com/teamster-fleet/teamster/harness"
+	"github.com/teamster-fleet/teamster/leases"
 )
 
 // subscribeControl serves teamster.worker.<workerId>.control: drain, resume,
@@ -20,18 +25,52 @@ func (w *Worker) subscribeControl() error {
 	if err != nil {
 		return fmt.Errorf("worker: subscribe %s: %w", subj, err)
 	}
+	subs := []*nats.Subscription{sub}
+	// Every worker hosting a harness serves its reset, one of them per call.
+	for id, h := range w.harnesses {
+		subj, err := bus.HarnessResetSubject(id)
+		if err != nil {
+			return err
+		}
+		sub, err := w.nc.QueueSubscribe(subj, bus.ConsumerName(id), func(m *nats.Msg) { w.onHarnessReset(m, id, h) })
+		if err != nil {
+			return fmt.Errorf("worker: subscribe %s: %w", subj, err)
+		}
+		subs = append(subs, sub)
+	}
 	w.mu.Lock()
-	w.controlSub = sub
+	w.controlSubs = subs
 	w.mu.Unlock()
 	return nil
 }
 
+// onHarnessReset calls the harness's reset for a session the owner reset or
+// deleted; a harness without native state outside the record has nothing to
+// do.
+func (w *Worker) onHarnessReset(m *nats.Msg, id string, h *hosted) {
+	var req bus.HarnessReset
+	if err := bus.Decode(m.Data, &req); err != nil {
+		w.respond(m, bus.Rejected(err))
+		return
+	}
+	if r, ok := h.impl.(harness.Resetter); ok {
+		ctx, cancel := context.WithTimeout(w.runCtx, 5*time.Second)
+		defer cancel()
+		if err := r.Reset(ctx, req.SessionKey, req.Binding); err != nil {
+			w.log.WithFields(logrus.Fields{"harness": id, "session": leases.Tag(req.SessionKey)}).Warn("harness reset failed: " + err.Error())
+			w.respond(m, bus.Rejected(teamster.Errorf(teamster.CodeHarnessFailed, "harness %s reset: %v", id, err)))
+			return
+		}
+	}
+	w.respond(m, bus.OK())
+}
+
 func (w *Worker) unsubscribeControl() {
 	w.mu.Lock()
-	sub := w.controlSub
-	w.controlSub = nil
+	subs := w.controlSubs
+	w.controlSubs = nil
 	w.mu.Unlock()
-	if sub != nil {
+	for _, sub := range subs {
 		_ = sub.Unsubscribe()
 	}
 }

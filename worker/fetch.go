@@ -22,7 +22,7 @@ import (
 // message. Unused slots go back at once.
 const (
 	maxBatch     = 32
-	longPoll     = 2 * time.Second
+	longPoll     = time.Second
 	nakBase      = 20 * time.Millisecond
 	nakCap       = 500 * time.Millisecond
 	claimTimeout = 10 * time.Second
@@ -179,6 +179,10 @@ func (w *Worker) handle(msg jetstream.Msg, harnessID string, h *hosted) {
 		w.publishOrphan(ctx, a, harnessID, teamster.Errorf(teamster.CodeInternal,
 			"the fleet has no record of this attempt (Redis lost its data); it was not run").WithSideEffects(teamster.SideEffectsNone))
 	case leases.Claimed:
+		w.m.Claimed.WithLabelValues(harnessID).Inc()
+		if !res.Accepted.IsZero() {
+			w.m.ClaimWait.WithLabelValues(harnessID).Observe(res.ClaimedAt.Sub(res.Accepted).Seconds())
+		}
 		// The claim is final: acknowledge before running, so the message is
 		// never delivered again. A lost ack only causes a redelivery that
 		// the claim script answers "done".

@@ -56,6 +56,7 @@ func (r *registry) loop() {
 		if err := r.put(ctx); err != nil {
 			r.log.Warn("registry heartbeat failed: " + err.Error())
 		}
+		r.w.observe(ctx)
 		cancel()
 	}
 }
@@ -101,5 +102,20 @@ func (r *registry) remove(ctx context.Context) {
 	defer cancel()
 	if err := r.kv.Delete(ctx, r.w.id); err != nil {
 		r.log.Warn("could not remove the registry entry (it expires on its own): " + err.Error())
+	}
+}
+
+// observe refreshes the gauges that are read rather than counted: slots in
+// use, leases held, and each hosted harness's queue depth from its consumer.
+func (w *Worker) observe(ctx context.Context) {
+	w.m.SlotsUsed.Set(float64(len(w.slots)))
+	w.m.LeasesHeld.Set(float64(w.keep.Len()))
+	for id, h := range w.harnesses {
+		if h.consumer == nil {
+			continue
+		}
+		if info, err := h.consumer.Info(ctx); err == nil {
+			w.m.QueueDepth.WithLabelValues(id).Set(float64(info.NumPending + uint64(info.NumAckPending)))
+		}
 	}
 }

@@ -13,8 +13,10 @@ import (
 
 	"github.com/teamster-fleet/teamster"
 	"github.com/teamster-fleet/teamster/bus"
+	"github.com/teamster-fleet/teamster/delegation"
 	"github.com/teamster-fleet/teamster/harness"
 	"github.com/teamster-fleet/teamster/leases"
+	"github.com/teamster-fleet/teamster/selection"
 )
 
 // run is one claimed attempt on this worker, from claim to published result.
@@ -27,8 +29,9 @@ type run struct {
 	delegate  string
 	log       logrus.FieldLogger
 
-	ctx    context.Context
-	cancel context.CancelCauseFunc
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	started time.Time
 
 	// mu serialises events, so seq numbers reach the wire in order.
 	mu     sync.Mutex
@@ -42,7 +45,7 @@ type run struct {
 
 func (w *Worker) newRun(a *bus.Attempt, harnessID string, h *hosted, l *leases.Lease, delegate string, log logrus.FieldLogger) *run {
 	ctx, cancel := context.WithCancelCause(w.runCtx)
-	r := &run{w: w, attempt: a, harnessID: harnessID, h: h, lease: l, delegate: delegate,
+	r := &run{w: w, attempt: a, harnessID: harnessID, h: h, lease: l, delegate: delegate, started: time.Now(),
 		log: log.WithField("fence", l.Fence()), ctx: ctx, cancel: cancel, usage: map[string]bool{}}
 	w.addRun(r)
 	return r
@@ -75,16 +78,27 @@ func (r *run) execute() {
 			"harness %s does not support the prepared route: %s", r.harnessID, why).WithSideEffects(teamster.SideEffectsNone)))
 		return
 	}
-	var binding json.RawMessage
-	if rec, err := r.w.store.Session(r.ctx, r.attempt.SessionKey); err == nil && rec.NativeBinding != "" {
-		binding = json.RawMessage(rec.NativeBinding)
-	} else if err != nil && !errors.Is(err, leases.ErrNotFound) {
+	rec, err := r.w.store.Session(r.ctx, r.attempt.SessionKey)
+	if err != nil && !errors.Is(err, leases.ErrNotFound) {
 		e := teamster.Errorf(teamster.CodeInternal, "read the session record: %v", err)
 		if cause := context.Cause(r.ctx); cause != nil {
 			e = teamster.AsError(cause)
 		}
 		r.finish(r.errorResult(e.WithSideEffects(teamster.SideEffectsNone)))
 		return
+	}
+	// A delegate's attempt is checked again here, under the lease, against
+	// the record read under it: this check, not the router's, counts.
+	if r.delegate != "" {
+		if err := r.checkDelegate(rec); err != nil {
+			r.log.WithFields(logrus.Fields{"delegate": r.delegate, "field": delegation.DeniedField(err)}).Info("delegated attempt refused under the lease")
+			r.finish(r.errorResult(teamster.AsError(err).WithSideEffects(teamster.SideEffectsNone)))
+			return
+		}
+	}
+	var binding json.RawMessage
+	if rec != nil && rec.NativeBinding != "" {
+		binding = json.RawMessage(rec.NativeBinding)
 	}
 
 	out, err := r.runHarness(binding)
@@ -93,6 +107,18 @@ func (r *run) execute() {
 		return
 	}
 	r.finish(r.okResult(out))
+}
+
+// checkDelegate runs the delegated-execution rule against the stored record,
+// with the manifest of the harness it pins as this worker hosts it.
+func (r *run) checkDelegate(rec *leases.SessionRecord) error {
+	var pinned selection.Manifest
+	if rec != nil {
+		if h, ok := r.w.harnesses[rec.AgentHarnessID]; ok {
+			pinned = h.impl.Manifest()
+		}
+	}
+	return delegation.Check(r.attempt.DelegationRequest(r.delegate), rec.Delegation(), pinned)
 }
 
 // runHarness runs the harness under the attempt's deadline and the lease: a
@@ -340,8 +366,15 @@ func (r *run) publishDurable(ctx context.Context, body []byte) bool {
 	return err == nil
 }
 
-// sendResult sends the result event, the last event of the run.
+// sendResult sends the result event, the last event of the run, and counts
+// the run as finished by this worker.
 func (r *run) sendResult(body []byte) {
+	var res struct {
+		Status string `json:"status"`
+	}
+	_ = json.Unmarshal(body, &res)
+	r.w.m.Finished.WithLabelValues(r.harnessID, res.Status).Inc()
+	r.w.m.RunDuration.WithLabelValues(r.harnessID).Observe(time.Since(r.started).Seconds())
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.ended {

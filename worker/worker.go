@@ -31,6 +31,7 @@ import (
 	"github.com/teamster-fleet/teamster"
 	"github.com/teamster-fleet/teamster/bus"
 	"github.com/teamster-fleet/teamster/harness"
+	"github.com/teamster-fleet/teamster/internal/metrics"
 	"github.com/teamster-fleet/teamster/leases"
 )
 
@@ -47,6 +48,8 @@ type Params struct {
 	Env FactoryEnv
 	// Version is advertised in the registry.
 	Version string
+	// Metrics; nil records into unregistered collectors.
+	Metrics *metrics.Worker
 }
 
 // hosted is one harness the worker hosts, with its consumer.
@@ -66,6 +69,7 @@ type Worker struct {
 	keep  *leases.Keeper
 	log   logrus.FieldLogger
 	ver   string
+	m     *metrics.Worker
 
 	harnesses map[string]*hosted
 	slots     chan struct{}
@@ -84,7 +88,7 @@ type Worker struct {
 	cancelAll context.CancelCauseFunc
 
 	registry    *registry
-	controlSub  *nats.Subscription
+	controlSubs []*nats.Subscription
 	resumeDrain chan struct{}
 	drainEnded  chan struct{}
 	done        chan struct{}
@@ -105,7 +109,10 @@ func New(p Params) (*Worker, error) {
 		return nil, fmt.Errorf("worker: jetstream: %w", err)
 	}
 	log := p.Logger.WithField("worker", p.Config.WorkerID)
-	w := &Worker{
+	if p.Metrics == nil {
+		p.Metrics = metrics.NewWorker(nil)
+	}
+	w := &Worker{m: p.Metrics,
 		cfg: p.Config, id: p.Config.WorkerID, nc: p.NATS, js: js, rdb: p.Redis,
 		store: leases.NewStore(p.Redis), log: log, ver: p.Version,
 		harnesses: map[string]*hosted{}, slots: make(chan struct{}, p.Config.Slots),
@@ -114,7 +121,16 @@ func New(p Params) (*Worker, error) {
 	}
 	w.keep = leases.NewKeeper(leases.KeeperParams{
 		Store: w.store, Holder: w.id, TTL: p.Config.LeaseTTL(), Clock: p.Clock, Logger: log,
+		OnRenew: func(_ int, err error) {
+			w.m.RenewRounds.Inc()
+			if err != nil {
+				w.m.RenewFailed.Inc()
+			}
+		},
+		OnLost: func(*leases.Lease, error) { w.m.LeasesLost.Inc() },
 	})
+	w.m.SlotsTotal.Set(float64(p.Config.Slots))
+	w.m.SetState(bus.WorkerStarting, allStates)
 	for _, hc := range p.Config.Harnesses {
 		impl, err := implementations[hc.Implementation](hc.Manifest, hc.Settings, p.Env)
 		if err != nil {
@@ -184,10 +200,28 @@ func (w *Worker) harnessIDs() []string {
 	return ids
 }
 
+var allStates = []string{bus.WorkerStarting, bus.WorkerActive, bus.WorkerDraining, bus.WorkerStopped}
+
 func (w *Worker) setState(s string) {
 	w.mu.Lock()
 	w.state = s
 	w.mu.Unlock()
+	w.m.SetState(s, allStates)
+}
+
+// Ready reports why the worker does not take work, nil when it does: it is
+// active and both NATS and Redis answer.
+func (w *Worker) Ready(ctx context.Context) error {
+	if st := w.State(); st != bus.WorkerActive {
+		return fmt.Errorf("worker is %s", st)
+	}
+	if !w.nc.IsConnected() {
+		return errors.New("NATS is not connected")
+	}
+	if err := w.rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	return nil
 }
 
 // startFetching starts the pollers of every hosted harness.
@@ -281,6 +315,7 @@ func (w *Worker) Drain(ctx context.Context) error {
 		return nil
 	case bus.WorkerActive, bus.WorkerStarting:
 		w.state = bus.WorkerDraining
+		w.m.SetState(bus.WorkerDraining, allStates)
 		w.resumeDrain = make(chan struct{})
 		w.drainEnded = make(chan struct{})
 		go w.drain(w.resumeDrain, w.drainEnded)

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/teamster-fleet/teamster/internal/cmdutil"
+	"github.com/teamster-fleet/teamster/internal/metrics"
 	"github.com/teamster-fleet/teamster/router"
 	"github.com/teamster-fleet/teamster/selection"
 )
@@ -20,6 +21,7 @@ func main() {
 	var (
 		common        cmdutil.Common
 		runtimeConfig string
+		metricsAddr   string
 	)
 	cmd := &cobra.Command{
 		Use:   "router",
@@ -53,12 +55,21 @@ SIGINT or SIGTERM stops serving, finishes the requests in hand and exits 0.`,
 				return err
 			}
 			defer rdb.Close()
-			r, err := router.New(router.Params{NATS: nc, Redis: rdb, Policy: policy, Logger: log})
+			reg := cmdutil.Registry()
+			r, err := router.New(router.Params{NATS: nc, Redis: rdb, Policy: policy, Logger: log, Metrics: metrics.NewRouter(reg)})
 			if err != nil {
 				return err
 			}
 			if err := r.Start(context.Background()); err != nil {
 				return err
+			}
+			if metricsAddr != "" {
+				srv, err := metrics.Serve(metricsAddr, reg, r.Ready)
+				if err != nil {
+					return fmt.Errorf("--metrics-addr: %w", err)
+				}
+				defer srv.Close()
+				log.WithField("addr", srv.Addr()).Info("serving /metrics, /healthz, /readyz")
 			}
 			sig := <-cmdutil.Signals()
 			log.WithField("signal", sig.String()).Info("stopping")
@@ -67,6 +78,7 @@ SIGINT or SIGTERM stops serving, finishes the requests in hand and exits 0.`,
 		},
 	}
 	cmdutil.AddCommon(cmd.Flags(), &common)
+	cmdutil.AddMetricsAddr(cmd.Flags(), &metricsAddr)
 	cmd.Flags().StringVar(&runtimeConfig, "runtime-config", cmdutil.Env(cmdutil.EnvRuntimeConfig, ""),
 		"OpenClaw-format runtime policy JSON (env "+cmdutil.EnvRuntimeConfig+")")
 	if err := cmd.Execute(); err != nil {

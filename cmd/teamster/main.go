@@ -42,6 +42,7 @@ TEAMSTER_REDIS_URL, TEAMSTER_LOG_LEVEL, TEAMSTER_LOG_FORMAT.`,
 		resultCmd(&common),
 		explainCmd(&common),
 		cancelCmd(&common),
+		sessionCmd(&common),
 	)
 	if err := root.Execute(); err != nil {
 		code := 1

@@ -12,14 +12,16 @@ import (
 
 	"github.com/teamster-fleet/teamster/harness/scripted"
 	"github.com/teamster-fleet/teamster/internal/cmdutil"
+	"github.com/teamster-fleet/teamster/internal/metrics"
 	"github.com/teamster-fleet/teamster/worker"
 )
 
 func main() {
 	var (
-		common     cmdutil.Common
-		configPath string
-		ledgerPath string
+		common      cmdutil.Common
+		configPath  string
+		ledgerPath  string
+		metricsAddr string
 	)
 	cmd := &cobra.Command{
 		Use:   "worker",
@@ -64,9 +66,18 @@ leaves the registry and exits 0. A second signal exits at once with 1.`,
 				return err
 			}
 			defer rdb.Close()
-			w, err := worker.New(worker.Params{Config: cfg, NATS: nc, Redis: rdb, Logger: log, Env: env})
+			reg := cmdutil.Registry()
+			w, err := worker.New(worker.Params{Config: cfg, NATS: nc, Redis: rdb, Logger: log, Env: env, Metrics: metrics.NewWorker(reg)})
 			if err != nil {
 				return err
+			}
+			if metricsAddr != "" {
+				srv, err := metrics.Serve(metricsAddr, reg, w.Ready)
+				if err != nil {
+					return fmt.Errorf("--metrics-addr: %w", err)
+				}
+				defer srv.Close()
+				log.WithField("addr", srv.Addr()).Info("serving /metrics, /healthz, /readyz")
 			}
 			if err := w.Start(context.Background()); err != nil {
 				return err
@@ -89,6 +100,7 @@ leaves the registry and exits 0. A second signal exits at once with 1.`,
 		},
 	}
 	cmdutil.AddCommon(cmd.Flags(), &common)
+	cmdutil.AddMetricsAddr(cmd.Flags(), &metricsAddr)
 	cmd.Flags().StringVar(&configPath, "config", cmdutil.Env(cmdutil.EnvWorkerConfig, ""),
 		"worker config JSON file (env "+cmdutil.EnvWorkerConfig+")")
 	cmd.Flags().StringVar(&ledgerPath, "ledger", os.Getenv("TEAMSTER_LEDGER"),

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/pflag"
@@ -129,4 +131,18 @@ func Signals() <-chan os.Signal {
 	ch := make(chan os.Signal, 2)
 	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
 	return ch
+}
+
+// Registry returns a Prometheus registry with the Go runtime and process
+// collectors, for a daemon's own metrics.
+func Registry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// AddMetricsAddr registers --metrics-addr (env TEAMSTER_METRICS_ADDR).
+func AddMetricsAddr(fs *pflag.FlagSet, addr *string) {
+	fs.StringVar(addr, "metrics-addr", Env(EnvMetricsAddr, ""),
+		"serve /metrics, /healthz and /readyz on this address, e.g. :9090; empty serves none (env "+EnvMetricsAddr+")")
 }

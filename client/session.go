@@ -1,0 +1,72 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/teamster-fleet/teamster"
+	"github.com/teamster-fleet/teamster/bus"
+)
+
+// SubmitAsDelegate submits an attempt as the delegate plugin pluginID (for
+// example a voice transport continuing a locked session) on
+// teamster.submit.delegate.<pluginId>. The delegate's identity is that
+// subject; NATS permissions keep a delegate on its own subject. The attempt
+// must carry the session's exact stored facts (DESIGN.md, "Delegated
+// execution"); otherwise the reply is delegation_denied naming the field.
+func (c *Client) SubmitAsDelegate(ctx context.Context, pluginID string, a *bus.Attempt) (*Handle, error) {
+	subj, err := bus.SubmitDelegateSubject(pluginID)
+	if err != nil {
+		return nil, err
+	}
+	return c.submit(ctx, subj, a)
+}
+
+// SessionOp runs an owner-only operation (create, patch, reset, delete,
+// archive) on a session's record. It is session_busy while a turn of the
+// session runs. reset clears the native binding and the model-selection lock
+// (pass the new sessionId in body); delete removes the record; both also ask
+// a worker hosting the pinned harness to clear its native state.
+func (c *Client) SessionOp(ctx context.Context, op string, body bus.SessionOp) error {
+	return c.sessionOp(ctx, op, body, "")
+}
+
+// SessionOpAsDelegate sends a session operation as a delegate would: the
+// router refuses it with owner_only. It exists so that a delegate's client
+// (and the tests) can see that refusal; NATS permissions normally keep a
+// delegate off teamster.session.* altogether.
+func (c *Client) SessionOpAsDelegate(ctx context.Context, pluginID, op string, body bus.SessionOp) error {
+	return c.sessionOp(ctx, op, body, pluginID)
+}
+
+func (c *Client) sessionOp(ctx context.Context, op string, body bus.SessionOp, delegate string) error {
+	subj, err := bus.SessionOpSubject(op)
+	if err != nil {
+		return err
+	}
+	body.V = bus.Version
+	b, err := bus.Encode(&body)
+	if err != nil {
+		return err
+	}
+	msg := nats.NewMsg(subj)
+	msg.Data = b
+	if delegate != "" {
+		msg.Header.Set(bus.HeaderDelegate, delegate)
+	}
+	rep, err := c.nc.RequestMsgWithContext(ctx, msg)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return teamster.Errorf(teamster.CodeInternal, "no router is serving %s", subj)
+	}
+	if err != nil {
+		return err
+	}
+	var r bus.Reply
+	if err := bus.Decode(rep.Data, &r); err != nil {
+		return fmt.Errorf("session %s reply: %w", op, err)
+	}
+	return r.Err()
+}

@@ -1,0 +1,56 @@
+package leases
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+// Session operations refuse while a turn runs, create only new records,
+// patch and reset only existing ones; reset clears the binding and the lock;
+// delete removes the record.
+func TestSessionOps(t *testing.T) {
+	s := newStore(t)
+	k := newKeeper(t, s, "w1", 5*time.Second, nil)
+	locked := true
+	if r, err := s.SessionOp(ctx, "sess", OpPatch, FieldsOf("sess", "s1", "", "", "", nil)); err != nil || r.Status != SessionOpMissing {
+		t.Fatalf("patch of no record: %+v %v", r, err)
+	}
+	if r, err := s.SessionOp(ctx, "sess", OpCreate, FieldsOf("sess", "s1", "/store", "main", "codex", &locked)); err != nil || r.Status != SessionOpOK {
+		t.Fatalf("create: %+v %v", r, err)
+	}
+	if r, _ := s.SessionOp(ctx, "sess", OpCreate, FieldsOf("sess", "s2", "", "", "", nil)); r.Status != SessionOpExists {
+		t.Fatalf("second create: %+v", r)
+	}
+	// A turn writes the binding; while it runs every op is busy.
+	accept(t, s, "sess", "a1", time.Minute)
+	l := mustClaim(t, k, "sess", "a1")
+	for _, op := range []string{OpCreate, OpPatch, OpReset, OpDelete, OpArchive} {
+		if r, _ := s.SessionOp(ctx, "sess", op, FieldsOf("sess", "", "", "", "", nil)); r.Status != SessionOpBusy {
+			t.Fatalf("%s while a turn runs: %+v, want busy", op, r)
+		}
+	}
+	if st, _ := l.Finish(ctx, Outcome{Code: OutcomeOK, Session: BindingUpdate(`{"thread":"t1"}`)}); st != Finished {
+		t.Fatal(st)
+	}
+	r, err := s.SessionOp(ctx, "sess", OpReset, FieldsOf("sess", "s2", "", "", "", nil))
+	if err != nil || r.Status != SessionOpOK || r.PreviousBinding != `{"thread":"t1"}` || r.PinnedHarness != "codex" {
+		t.Fatalf("reset: %+v %v", r, err)
+	}
+	rec, _ := s.Session(ctx, "sess")
+	if rec.NativeBinding != "" || rec.ModelSelectionLocked || rec.SessionID != "s2" || rec.AgentHarnessID != "codex" {
+		t.Fatalf("after reset %+v", rec)
+	}
+	if r, _ := s.SessionOp(ctx, "sess", OpArchive, nil); r.Status != SessionOpOK {
+		t.Fatal(r)
+	}
+	if rec, _ := s.Session(ctx, "sess"); !rec.Archived {
+		t.Fatalf("after archive %+v", rec)
+	}
+	if r, _ := s.SessionOp(ctx, "sess", OpDelete, nil); r.Status != SessionOpOK {
+		t.Fatal(r)
+	}
+	if _, err := s.Session(ctx, "sess"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("after delete: %v", err)
+	}
+}
