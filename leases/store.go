@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -214,10 +215,12 @@ func (s *Store) Order(ctx context.Context, sessionKey string) ([]string, error) 
 
 // LeaseInfo is a session's lease as stored.
 type LeaseInfo struct {
-	Holder    string
-	AttemptID string
-	Fence     string
-	TTL       time.Duration
+	// Tag is the session's hash (set by Leases).
+	Tag       string        `json:"session,omitempty"`
+	Holder    string        `json:"holder"`
+	AttemptID string        `json:"attempt"`
+	Fence     string        `json:"fence"`
+	TTL       time.Duration `json:"ttlNs"`
 }
 
 // LeaseOf reads sessionKey's lease; ErrNotFound when none is held.
@@ -247,4 +250,36 @@ func fenced(what string) error {
 
 func isNoScript(err error) bool {
 	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
+// Leases counts the session leases held and returns up to max of them, by
+// scanning the keyspace (an operator's view, not a hot path).
+func (s *Store) Leases(ctx context.Context, max int) (int, []LeaseInfo, error) {
+	var held int
+	var shown []LeaseInfo
+	iter := s.rdb.Scan(ctx, 0, keyRoot+"{*}:lease", 1000).Iterator()
+	for iter.Next(ctx) {
+		held++
+		if len(shown) >= max {
+			continue
+		}
+		key := iter.Val()
+		m, err := s.rdb.HGetAll(ctx, key).Result()
+		if err != nil || len(m) == 0 {
+			continue
+		}
+		ttl, _ := s.rdb.PTTL(ctx, key).Result()
+		shown = append(shown, LeaseInfo{Tag: tagOf(key), Holder: m["holder"], AttemptID: m["attempt"], Fence: m["fence"], TTL: ttl})
+	}
+	return held, shown, iter.Err()
+}
+
+// tagOf returns the hash tag of a session key name.
+func tagOf(key string) string {
+	i := strings.IndexByte(key, '{')
+	j := strings.IndexByte(key, '}')
+	if i < 0 || j < i {
+		return ""
+	}
+	return key[i+1 : j]
 }

@@ -109,7 +109,10 @@ func (w *Worker) Resume() error {
 	}
 	close(w.resumeDrain)
 	w.resumeDrain = nil
+	w.state = bus.WorkerActive
 	w.mu.Unlock()
+	w.m.SetState(bus.WorkerActive, allStates)
+	w.registry.kickNow()
 	return nil
 }
 

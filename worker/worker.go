@@ -187,6 +187,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	w.setState(bus.WorkerActive)
 	w.registry.start()
+	w.registry.kickNow() // advertise "active" now, not at the next heartbeat
 	w.startFetching()
 	w.log.WithFields(logrus.Fields{"slots": w.cfg.Slots, "harnesses": w.harnessIDs()}).Info("worker active")
 	return nil
@@ -347,8 +348,7 @@ func (w *Worker) drain(resume <-chan struct{}, ended chan struct{}) {
 	defer timer.Stop()
 	select {
 	case <-idle:
-	case <-resume:
-		w.setState(bus.WorkerActive)
+	case <-resume: // Resume set the state back to active
 		w.startFetching()
 		w.registry.kickNow()
 		w.log.Info("drain undone: fetching again")

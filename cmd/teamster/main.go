@@ -43,6 +43,9 @@ TEAMSTER_REDIS_URL, TEAMSTER_LOG_LEVEL, TEAMSTER_LOG_FORMAT.`,
 		explainCmd(&common),
 		cancelCmd(&common),
 		sessionCmd(&common),
+		statusCmd(&common),
+		drainCmd(&common),
+		resumeCmd(&common),
 	)
 	if err := root.Execute(); err != nil {
 		code := 1

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -83,20 +84,31 @@ leaves the registry and exits 0. A second signal exits at once with 1.`,
 				return err
 			}
 			signals := cmdutil.Signals()
-			select {
-			case sig := <-signals:
-				log.WithField("signal", sig.String()).Info("draining")
-			case <-w.Done():
-				return nil // drained through its control subject
+			for {
+				select {
+				case sig := <-signals:
+					log.WithField("signal", sig.String()).Info("draining")
+				case <-w.Done():
+					return nil // drained through its control subject
+				}
+				done := make(chan error, 1)
+				go func() {
+					ctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout()+time.Minute)
+					defer cancel()
+					done <- w.Drain(ctx)
+				}()
+				select {
+				case err := <-done:
+					if errors.Is(err, worker.ErrResumed) {
+						log.Warn("the drain was undone by a resume; running until the next signal")
+						continue
+					}
+					return err
+				case <-signals:
+					log.Error("second signal: exiting without finishing the drain")
+					os.Exit(1)
+				}
 			}
-			go func() {
-				<-signals
-				log.Error("second signal: exiting without finishing the drain")
-				os.Exit(1)
-			}()
-			ctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout()+time.Minute)
-			defer cancel()
-			return w.Drain(ctx)
 		},
 	}
 	cmdutil.AddCommon(cmd.Flags(), &common)

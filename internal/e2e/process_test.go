@@ -191,17 +191,25 @@ func TestProcesses(t *testing.T) {
 	if fmt.Sprint(order) != fmt.Sprint(ids) {
 		t.Fatalf("turns ran %v, submitted %v", order, ids)
 	}
-	// SIGTERM drains a worker: it exits 0.
-	for _, w := range workers {
-		_ = w.cmd.Process.Signal(syscall.SIGTERM)
+	// `teamster status` shows both workers.
+	if out, code := teamsterCLI("status", "--redis-url", redisSrv.URL()); code != 0 || !strings.Contains(out, "pw1") || !strings.Contains(out, "pw2") || !strings.Contains(out, "active") {
+		t.Fatalf("status exited %d:\n%s", code, out)
+	}
+	// `teamster drain --wait` drains worker 1 through its control subject;
+	// SIGTERM drains worker 2. Both processes exit 0.
+	if out, code := teamsterCLI("drain", "pw1", "--wait"); code != 0 || !strings.Contains(out, "stopped") {
+		t.Fatalf("drain --wait exited %d:\n%s", code, out)
+	}
+	_ = workers[1].cmd.Process.Signal(syscall.SIGTERM)
+	for i, w := range workers {
 		select {
 		case err := <-w.done:
 			if err != nil {
-				t.Fatalf("worker exited with %v:\n%s", err, w.out)
+				t.Fatalf("worker %d exited with %v:\n%s", i+1, err, w.out)
 			}
 			w.done <- nil
 		case <-time.After(30 * time.Second):
-			t.Fatal("worker did not exit after SIGTERM")
+			t.Fatalf("worker %d did not exit", i+1)
 		}
 	}
 }

@@ -12,12 +12,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/sirupsen/logrus"
 
 	"github.com/teamster-fleet/teamster/bus"
 	"github.com/teamster-fleet/teamster/client"
 	"github.com/teamster-fleet/teamster/harness/scripted"
+	"github.com/teamster-fleet/teamster/internal/metrics"
 	"github.com/teamster-fleet/teamster/internal/testenv"
 	"github.com/teamster-fleet/teamster/router"
 	"github.com/teamster-fleet/teamster/selection"
@@ -40,6 +42,9 @@ type Options struct {
 	Policy *selection.Policy
 	// Verbose logs at debug level to the test log.
 	Verbose bool
+	// Metrics serves the router's and each worker's /metrics, /healthz and
+	// /readyz on loopback ports (MetricsURL).
+	Metrics bool
 }
 
 // Fleet is a running fleet.
@@ -55,6 +60,9 @@ type Fleet struct {
 	Log     *logrus.Logger
 	// RDB is a Redis client for test inspection.
 	RDB *redis.Client
+	// MetricsURL maps "router" and each worker id to its metrics server's
+	// base URL (http://127.0.0.1:port) when Options.Metrics is set.
+	MetricsURL map[string]string
 }
 
 // Start starts a fleet for t; everything stops when t ends.
@@ -75,7 +83,8 @@ func Start(t testing.TB, o Options) *Fleet {
 	if o.ReaperInterval == 0 {
 		o.ReaperInterval = 200 * time.Millisecond
 	}
-	f := &Fleet{T: t, Opts: o, Redis: testenv.NewRedis(t), NATS: testenv.NewNATS(t), Ledger: &scripted.MemoryLedger{}}
+	f := &Fleet{T: t, Opts: o, Redis: testenv.NewRedis(t), NATS: testenv.NewNATS(t), Ledger: &scripted.MemoryLedger{},
+		MetricsURL: map[string]string{}}
 	f.Log = logrus.New()
 	f.Log.SetOutput(io.Discard)
 	if o.Verbose {
@@ -114,14 +123,16 @@ func (f *Fleet) StartRouter() {
 	f.T.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: f.Redis.Addr()})
 	f.T.Cleanup(func() { rdb.Close() })
+	reg := prometheus.NewRegistry()
 	r, err := router.New(router.Params{NATS: f.Connect("router"), Redis: rdb, Policy: f.Opts.Policy,
-		Logger: f.Log.WithField("proc", "router"), ReaperInterval: f.Opts.ReaperInterval})
+		Logger: f.Log.WithField("proc", "router"), ReaperInterval: f.Opts.ReaperInterval, Metrics: metrics.NewRouter(reg)})
 	if err != nil {
 		f.T.Fatal(err)
 	}
 	if err := r.Start(context.Background()); err != nil {
 		f.T.Fatal(err)
 	}
+	f.serveMetrics("router", reg, r.Ready)
 	f.T.Cleanup(r.Stop)
 	f.Router = r
 }
@@ -138,11 +149,13 @@ func (f *Fleet) StartWorker(id string) *worker.Worker {
 		f.T.Fatal(err)
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: f.Redis.Addr()})
+	reg := prometheus.NewRegistry()
 	w, err := worker.New(worker.Params{Config: cfg, NATS: nc, Redis: rdb, Logger: f.Log.WithField("proc", id),
-		Env: worker.FactoryEnv{Ledger: f.Ledger}})
+		Env: worker.FactoryEnv{Ledger: f.Ledger}, Metrics: metrics.NewWorker(reg)})
 	if err != nil {
 		f.T.Fatal(err)
 	}
+	f.serveMetrics(id, reg, w.Ready)
 	if err := w.Start(context.Background()); err != nil {
 		f.T.Fatal(err)
 	}
@@ -157,6 +170,18 @@ func (f *Fleet) StartWorker(id string) *worker.Worker {
 	})
 	f.Workers = append(f.Workers, w)
 	return w
+}
+
+func (f *Fleet) serveMetrics(name string, reg *prometheus.Registry, ready metrics.ReadyFunc) {
+	if !f.Opts.Metrics {
+		return
+	}
+	srv, err := metrics.Serve("127.0.0.1:0", reg, ready)
+	if err != nil {
+		f.T.Fatal(err)
+	}
+	f.T.Cleanup(func() { srv.Close() })
+	f.MetricsURL[name] = "http://" + srv.Addr()
 }
 
 // Worker returns the worker with id, nil when none.
