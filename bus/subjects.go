@@ -34,9 +34,13 @@ const (
 	SubjectInject          = "teamster.inject"
 	SubjectSourceGrant     = "teamster.source.grant"
 	SubjectSourceRevoke    = "teamster.source.revoke"
-	SubjectSessionOps      = "teamster.session.*"
-	SubjectAttempts        = "teamster.attempt.>"
-	SubjectResults         = "teamster.result.>"
+	// SubjectSourceRevoked is the router's broadcast of a revoke (body
+	// SourceRevoke), heard by every worker, so that items of the source in
+	// flight are dropped at once rather than at their next Redis check.
+	SubjectSourceRevoked = "teamster.source.revoked"
+	SubjectSessionOps    = "teamster.session.*"
+	SubjectAttempts      = "teamster.attempt.>"
+	SubjectResults       = "teamster.result.>"
 
 	StreamAttempts = "TEAMSTER_ATTEMPTS"
 	StreamResults  = "TEAMSTER_RESULTS"

@@ -1,7 +1,10 @@
 // Package injection is active-run injection (DESIGN.md, "Injection"): the
 // authority kinds, the V1 and V2 handle types a harness's active run
 // implements, and the host-owned assertion that V2 handles call immediately
-// before they mutate their queue or dispatch.
+// before they mutate their queue or dispatch. It also holds what a harness
+// needs to keep that contract: a Latch (an assertion that never recovers), a
+// Settler (one settlement per input, never ahead of its admission) and a
+// Batch (debounced writes that re-check every item before every attempt).
 package injection
 
 import (
@@ -30,7 +33,25 @@ const (
 	Committed Settlement = "committed"
 	Cancelled Settlement = "cancelled"
 	Rejected  Settlement = "rejected"
+	// Unconfirmed ends an input whose write was sent but whose outcome is
+	// unknown (the connection dropped after the write, say): it may have
+	// reached the run and is never written again. It is final like the
+	// others. Its injection event keeps the state "accepted" (admitted, not
+	// known to be committed): "committed" would claim a delivery nobody saw,
+	// and "cancelled" or "rejected" would tell the sender it was not
+	// delivered, inviting a duplicate.
+	Unconfirmed Settlement = "unconfirmed"
 )
+
+// EventState is the state of the settlement's injection event: the
+// settlement itself, except Unconfirmed, whose event keeps the state
+// "accepted".
+func (s Settlement) EventState() string {
+	if s == Unconfirmed {
+		return "accepted"
+	}
+	return string(s)
+}
 
 // QueueOptions travel with one queued input.
 type QueueOptions struct {
@@ -41,7 +62,7 @@ type QueueOptions struct {
 	// OnQueueAccepted reports admission only (true when the handle queued it).
 	OnQueueAccepted func(accepted bool)
 	// OnQueueSettled is called exactly once, when the input is committed,
-	// cancelled or rejected.
+	// cancelled, rejected or left unconfirmed. A Settler keeps this promise.
 	OnQueueSettled func(s Settlement)
 }
 
@@ -62,8 +83,28 @@ type V2 interface {
 	QueueMessage(text string, opts QueueOptions, assertCurrent AssertFunc, kind Kind) error
 }
 
+// PendingInputClaimer is the optional V2 method that answers a pending
+// user-input question with injected text. It takes the same assertion and
+// authority kind as V2.QueueMessage, carried to the final claim: the answer is
+// claimed only while the assertion holds. A sink that cannot enforce the
+// assertion at that boundary must not implement it.
+type PendingInputClaimer interface {
+	ClaimPendingUserInputAnswer(text string, opts QueueOptions, assertCurrent AssertFunc, kind Kind) error
+}
+
+// PendingInputCanceller is the optional V2 method that cancels a pending
+// user-input question. It takes the same assertion and authority kind as
+// V2.QueueMessage, carried to the final cancellation; resolvedBy names who
+// resolved the question. A sink that cannot enforce the assertion at that
+// boundary must not implement it.
+type PendingInputCanceller interface {
+	CancelPendingUserInput(resolvedBy string, assertCurrent AssertFunc, kind Kind) error
+}
+
 // Latch wraps a check so that once it has returned false (or the latch was
-// revoked) it returns false forever, whatever the check says later.
+// revoked) it returns false forever, whatever the check says later. The check
+// runs under the latch's lock, so calls are serialised: a call that starts
+// after another has returned false returns false.
 type Latch struct {
 	mu      sync.Mutex
 	check   func() bool
@@ -86,6 +127,9 @@ func (l *Latch) Current() bool {
 	}
 	return true
 }
+
+// Assert returns the latch as an assertion.
+func (l *Latch) Assert() AssertFunc { return l.Current }
 
 // Revoke makes the latch false forever.
 func (l *Latch) Revoke() {

@@ -103,6 +103,9 @@ func (r *Router) Start(ctx context.Context) error {
 		bus.SubjectSubmit:          r.onSubmit,
 		bus.SubjectSubmitDelegates: r.onSubmitDelegate,
 		bus.SubjectSessionOps:      r.onSessionOp,
+		bus.SubjectInject:          r.onInject,
+		bus.SubjectSourceGrant:     r.onSourceGrant,
+		bus.SubjectSourceRevoke:    r.onSourceRevoke,
 	} {
 		if err := r.serve(subject, h); err != nil {
 			return err

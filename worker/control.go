@@ -26,6 +26,12 @@ func (w *Worker) subscribeControl() error {
 		return fmt.Errorf("worker: subscribe %s: %w", subj, err)
 	}
 	subs := []*nats.Subscription{sub}
+	// Every worker hears every revoke, to drop its in-flight items at once.
+	revoked, err := w.nc.Subscribe(bus.SubjectSourceRevoked, w.onSourceRevoked)
+	if err != nil {
+		return fmt.Errorf("worker: subscribe %s: %w", bus.SubjectSourceRevoked, err)
+	}
+	subs = append(subs, revoked)
 	// Every worker hosting a harness serves its reset, one of them per call.
 	for id, h := range w.harnesses {
 		subj, err := bus.HarnessResetSubject(id)

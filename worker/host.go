@@ -50,17 +50,23 @@ func (r *run) publishEvent(seq int64, eventType string, data []byte) {
 	}
 }
 
-// subscribe serves the run's cancel subject while it runs.
+// subscribe serves the run's cancel and inject subjects while it runs.
 func (r *run) subscribe() error {
-	subj, err := bus.RunCancelSubject(r.attempt.AttemptID)
+	cancelSubj, err := bus.RunCancelSubject(r.attempt.AttemptID)
 	if err != nil {
 		return err
 	}
-	sub, err := r.w.nc.Subscribe(subj, r.onCancel)
+	injectSubj, err := bus.RunInjectSubject(r.attempt.AttemptID)
 	if err != nil {
 		return err
 	}
-	r.subs = append(r.subs, sub)
+	for subj, h := range map[string]nats.MsgHandler{cancelSubj: r.onCancel, injectSubj: r.onInject} {
+		sub, err := r.w.nc.Subscribe(subj, h)
+		if err != nil {
+			return err
+		}
+		r.subs = append(r.subs, sub)
+	}
 	return nil
 }
 

@@ -41,12 +41,14 @@ type run struct {
 	tokens int64
 
 	subs []*nats.Subscription
+	inj  injections
 }
 
 func (w *Worker) newRun(a *bus.Attempt, harnessID string, h *hosted, l *leases.Lease, delegate string, log logrus.FieldLogger) *run {
 	ctx, cancel := context.WithCancelCause(w.runCtx)
 	r := &run{w: w, attempt: a, harnessID: harnessID, h: h, lease: l, delegate: delegate, started: time.Now(),
-		log: log.WithField("fence", l.Fence()), ctx: ctx, cancel: cancel, usage: map[string]bool{}}
+		log: log.WithField("fence", l.Fence()), ctx: ctx, cancel: cancel, usage: map[string]bool{},
+		inj: injections{items: map[string]*item{}, ready: make(chan struct{})}}
 	w.addRun(r)
 	return r
 }
@@ -132,6 +134,10 @@ func (r *run) runHarness(binding json.RawMessage) (*harness.Outcome, error) {
 	defer cancel()
 	hr := &harness.Run{Attempt: r.attempt, Host: (*host)(r), WorkerID: r.w.id, Fence: r.lease.Fence(),
 		Delegate: r.delegate, Binding: binding}
+	hr.OnInjector(r.setInjector)
+	// Items the harness left unsettled are settled cancelled before the
+	// result, so their sender hears of each.
+	defer r.settleLeftovers()
 	type ret struct {
 		out *harness.Outcome
 		err error

@@ -73,6 +73,7 @@ type Worker struct {
 
 	harnesses map[string]*hosted
 	slots     chan struct{}
+	sources   sourceLatches
 
 	mu        sync.Mutex
 	state     string

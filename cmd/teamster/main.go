@@ -46,6 +46,9 @@ TEAMSTER_REDIS_URL, TEAMSTER_LOG_LEVEL, TEAMSTER_LOG_FORMAT.`,
 		statusCmd(&common),
 		drainCmd(&common),
 		resumeCmd(&common),
+		injectCmd(&common),
+		grantSourceCmd(&common),
+		revokeSourceCmd(&common),
 	)
 	if err := root.Execute(); err != nil {
 		code := 1
