@@ -116,7 +116,7 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("harnesses[%d]: harness id %q is hosted twice", i, h.ID)
 		}
 		seen[h.ID] = true
-		if _, ok := implementations[h.Implementation]; !ok {
+		if _, ok := implementation(h.Implementation); !ok {
 			return fmt.Errorf("harnesses[%d] (%s): implementation %q is not one of %s", i, h.ID, h.Implementation, implementationNames())
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/teamster-fleet/teamster/harness"
 	"github.com/teamster-fleet/teamster/harness/scripted"
@@ -20,6 +21,8 @@ type FactoryEnv struct {
 	Ledger scripted.Ledger
 }
 
+var implMu sync.Mutex
+
 var implementations = map[string]Factory{
 	"scripted": func(m selection.Manifest, settings json.RawMessage, env FactoryEnv) (harness.Harness, error) {
 		if len(settings) > 0 && string(settings) != "null" && string(settings) != "{}" {
@@ -29,7 +32,26 @@ var implementations = map[string]Factory{
 	},
 }
 
+// RegisterImplementation makes a harness implementation available to worker
+// configs under name ("implementation": name). Call it before building
+// workers (from an init function or main); it replaces an earlier
+// registration of the same name.
+func RegisterImplementation(name string, f Factory) {
+	implMu.Lock()
+	defer implMu.Unlock()
+	implementations[name] = f
+}
+
+func implementation(name string) (Factory, bool) {
+	implMu.Lock()
+	defer implMu.Unlock()
+	f, ok := implementations[name]
+	return f, ok
+}
+
 func implementationNames() string {
+	implMu.Lock()
+	defer implMu.Unlock()
 	names := make([]string, 0, len(implementations))
 	for n := range implementations {
 		names = append(names, n)

@@ -133,7 +133,11 @@ func New(p Params) (*Worker, error) {
 	w.m.SlotsTotal.Set(float64(p.Config.Slots))
 	w.m.SetState(bus.WorkerStarting, allStates)
 	for _, hc := range p.Config.Harnesses {
-		impl, err := implementations[hc.Implementation](hc.Manifest, hc.Settings, p.Env)
+		factory, ok := implementation(hc.Implementation)
+		if !ok {
+			return nil, fmt.Errorf("worker: harness %s: implementation %q is not one of %s", hc.ID, hc.Implementation, implementationNames())
+		}
+		impl, err := factory(hc.Manifest, hc.Settings, p.Env)
 		if err != nil {
 			return nil, fmt.Errorf("worker: harness %s: %w", hc.ID, err)
 		}
