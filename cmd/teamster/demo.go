@@ -48,6 +48,7 @@ func demoScenario() []demoSession {
 			ok("echo", "Hello, fleet"),
 			ok("reason, report usage, answer", script(`{"reason":"the user greeted us"}`, `{"usage":42}`, `{"say":"Hi Alice!"}`, `{"usage":17}`, `{"say":"How can I help?"}`)),
 			ok("a slower turn, still in order", script(`{"sleep":300}`, `{"say":"third turn done"}`)),
+			ok("calls the gateway's clock tool through the fleet", script(`{"say":"let me check the time"}`, `{"tool":{"name":"clock"}}`)),
 		}},
 		{key: "demo:bob", provider: "anthropic", turns: []demoTurn{
 			ok("echo on claude-cli", "Hello from Bob"),
@@ -160,7 +161,8 @@ func demoAttempt(s demoSession, t demoTurn) *bus.Attempt {
 		V: bus.Version, AgentID: "main", SessionKey: s.key, SessionID: "sid-" + strings.TrimPrefix(s.key, "demo:"),
 		StorePath: "/var/lib/openclaw/sessions/" + strings.TrimPrefix(s.key, "demo:") + ".jsonl",
 		Provider:  s.provider, ModelID: map[string]string{"openai": "gpt-5.6-sol", "anthropic": "claude-opus-5", "mistral": "mistral-large"}[s.provider],
-		Prompt: t.prompt, TimeoutMs: 30_000,
+		Prompt: t.prompt, TimeoutMs: 30_000, HostID: devHostID,
+		Tools: []bus.Tool{{Name: "clock", Description: "the gateway's clock"}, {Name: "echo", Description: "returns its arguments"}},
 	}
 	if compatible != nil {
 		a.ModelProvider = &selection.Route{RuntimePolicy: &selection.RuntimePolicy{CompatibleIDs: compatible}, RequestTransportOverrides: selection.OverridesNone}

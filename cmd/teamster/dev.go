@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -14,7 +15,9 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
 
+	"github.com/teamster-fleet/teamster"
 	"github.com/teamster-fleet/teamster/bus"
+	"github.com/teamster-fleet/teamster/client"
 	"github.com/teamster-fleet/teamster/internal/cmdutil"
 	"github.com/teamster-fleet/teamster/internal/redisproc"
 	"github.com/teamster-fleet/teamster/router"
@@ -105,7 +108,8 @@ func runDev(ctx context.Context, out io.Writer, common *cmdutil.Common, o devOpt
 		return err
 	}
 	natsURL := f.nats.ClientURL()
-	fmt.Fprintf(out, "teamster dev\n  nats     %s (JetStream)\n  redis    %s\n  router   1\n  workers  %d\n\n", natsURL, f.redisURL, len(f.workers))
+	fmt.Fprintf(out, "teamster dev\n  nats     %s (JetStream)\n  redis    %s\n  router   1\n  workers  %d\n  host     %q with tools clock, echo (attempts with \"hostId\": %q can call them)\n\n",
+		natsURL, f.redisURL, len(f.workers), devHostID, devHostID)
 	if o.demo {
 		return playDemo(ctx, out, natsURL)
 	}
@@ -178,6 +182,18 @@ func startDev(ctx context.Context, log *logrus.Logger, o devOptions) (*devFleet,
 		}
 		f.workers = append(f.workers, w)
 	}
+	// The sample host: tools a scripted turn can call back through the fleet.
+	hostConn, _, err := f.connect("teamster-dev-host")
+	if err != nil {
+		return f, err
+	}
+	hc, err := client.New(hostConn)
+	if err != nil {
+		return f, err
+	}
+	if _, err := hc.ServeHost(devHostID, sampleTools()); err != nil {
+		return f, err
+	}
 	// Let the router see every worker before anything is submitted.
 	deadline := time.Now().Add(10 * time.Second)
 	for len(f.router.Manifests()) < len(f.workers) && time.Now().Before(deadline) {
@@ -226,4 +242,29 @@ func (f *devFleet) stop() {
 		_ = f.redis.Stop()
 	}
 	_ = os.RemoveAll(f.tmp)
+}
+
+// devHostID is the hostId of the sample host `teamster dev` serves.
+const devHostID = "dev"
+
+// sampleTools are the tools of the sample host: clock answers the time, echo
+// returns its arguments, and fail always fails (to show lastToolError).
+func sampleTools() *client.Tools {
+	return client.NewTools().
+		Register("clock", func(context.Context, json.RawMessage) (any, error) {
+			return map[string]string{"now": time.Now().UTC().Format(time.RFC3339)}, nil
+		}).
+		Register("echo", func(_ context.Context, args json.RawMessage) (any, error) {
+			return json.RawMessage(orEmptyObject(args)), nil
+		}).
+		Register("fail", func(context.Context, json.RawMessage) (any, error) {
+			return nil, teamster.Errorf(teamster.CodeHarnessFailed, "the sample tool 'fail' always fails")
+		})
+}
+
+func orEmptyObject(b json.RawMessage) []byte {
+	if len(b) == 0 {
+		return []byte("{}")
+	}
+	return b
 }

@@ -16,6 +16,9 @@
 //	                         assistant texts when the call succeeded, then reports the outcome
 //	                         through toolTerminal and keeps the host's lastToolError
 //	{"usage": outputTokens}  reports usage for response id resp-<k> (k counts usage steps from 1)
+//	{"usage": {"responseId": id, "outputTokens": n}}
+//	                         reports usage for an explicit response id (the
+//	                         same id twice shows the host counts it once)
 //	{"awaitInjection": ms}   waits up to ms (0 to 86,400,000) for injected input; every queued
 //	                         item is taken, appended to the assistant texts and settled committed
 //	{"fail": message}        ends the attempt with harness_failed and message

@@ -32,6 +32,9 @@ type step struct {
 	text string // say, reason, plan, fail
 	n    int64  // sleep, usage, awaitInjection
 	tool toolStep
+	// responseID is a usage step's explicit response id (the object form
+	// {"responseId": id, "outputTokens": n}); empty for the number form.
+	responseID string
 }
 
 // toolStep is the value of a tool step.
@@ -110,13 +113,31 @@ func parseStep(raw json.RawMessage) (step, error) {
 			err = stepError(kind + " takes milliseconds from 0 to 86400000")
 		}
 	case stepUsage:
-		s.n, err = intValue(kind, v)
+		if isKind(v, '{') {
+			s.responseID, s.n, err = usageValue(v)
+		} else {
+			s.n, err = intValue(kind, v)
+		}
 	case stepTool:
 		s.tool, err = toolValue(v)
 	default:
 		err = stepError("unknown step " + quote(kind))
 	}
 	return s, err
+}
+
+// usageValue parses the object form of a usage step, {"responseId": id,
+// "outputTokens": n}: it reports the same response twice when a script asks
+// for it, to show that the host counts a response once.
+func usageValue(v json.RawMessage) (string, int64, error) {
+	var u struct {
+		ResponseID   *string `json:"responseId"`
+		OutputTokens *int64  `json:"outputTokens"`
+	}
+	if err := json.Unmarshal(v, &u); err != nil || u.ResponseID == nil || *u.ResponseID == "" || u.OutputTokens == nil {
+		return "", 0, stepError("usage takes a number or {\"responseId\": id, \"outputTokens\": n}")
+	}
+	return *u.ResponseID, *u.OutputTokens, nil
 }
 
 // toolValue parses {"name": n, "args": {...}}: name a non-empty string, args

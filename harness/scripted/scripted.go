@@ -195,7 +195,11 @@ func (p *player) play(s step) error {
 		return p.tool(s.tool)
 	case stepUsage:
 		p.usage++
-		if err := p.host.ReportUsage(p.ctx, fmt.Sprintf("resp-%d", p.usage), s.n); err != nil {
+		id := s.responseID
+		if id == "" {
+			id = fmt.Sprintf("resp-%d", p.usage)
+		}
+		if err := p.host.ReportUsage(p.ctx, id, s.n); err != nil {
 			return p.hostError("usage", err)
 		}
 	case stepAwaitInjection:
