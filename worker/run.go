@@ -133,7 +133,7 @@ func (r *run) runHarness(binding json.RawMessage) (*harness.Outcome, error) {
 		teamster.Errorf(teamster.CodeDeadlineExceeded, "the attempt ran past its timeout of %s", r.attempt.Timeout()))
 	defer cancel()
 	hr := &harness.Run{Attempt: r.attempt, Host: (*host)(r), WorkerID: r.w.id, Fence: r.lease.Fence(),
-		Delegate: r.delegate, Binding: binding}
+		Delegate: r.delegate, Binding: binding, Current: func() bool { return ctx.Err() == nil && r.lease.Current() }}
 	hr.OnInjector(r.setInjector)
 	// Items the harness left unsettled are settled cancelled before the
 	// result, so their sender hears of each.

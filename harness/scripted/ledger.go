@@ -15,6 +15,9 @@ import (
 const (
 	EventStart = "start"
 	EventEnd   = "end"
+	// EventStep is recorded before each step acts, once the run's lease was
+	// checked current (harness.Run.Current).
+	EventStep = "step"
 )
 
 // Entry is one ledger line: a run of the scripted harness started or ended.
@@ -30,6 +33,8 @@ type Entry struct {
 	Fence  string `json:"fence"`
 	// Delegate is the delegate that submitted the attempt, "" for the owner.
 	Delegate string `json:"delegate,omitempty"`
+	// Step is the index of the step an EventStep entry is about.
+	Step int `json:"step,omitempty"`
 	// TimeNs is the wall clock (time.Now().UnixNano()) when the entry was
 	// made, so that entries of several processes on one host compare.
 	TimeNs int64 `json:"timeNs"`
@@ -175,6 +180,8 @@ func CheckLedger(entries []Entry) error {
 			if s.end < s.start {
 				problems = append(problems, fmt.Errorf("entry %d: attempt %q of session %q ended before it started", i, e.Attempt, e.Session))
 			}
+		case EventStep:
+			// Steps are CheckSteps' concern.
 		default:
 			problems = append(problems, fmt.Errorf("entry %d: unknown event %q", i, e.Event))
 		}
@@ -222,6 +229,30 @@ func CheckReplays(entries []Entry) error {
 		starts[e.Attempt]++
 		if starts[e.Attempt] == 2 {
 			problems = append(problems, fmt.Errorf("attempt %q of session %q started more than once", e.Attempt, e.Session))
+		}
+	}
+	return errors.Join(problems...)
+}
+
+// CheckSteps checks the guarantee a paused process can put to the test: no
+// run acts after a later run of its session has started. A run that was
+// paused past its lease may still record its end when it wakes (its harness
+// returns), but it must record no step: its lease check (harness.Run.Current)
+// fails first. Entries are read in the order they were written (one file,
+// appended). It returns nil when all is well.
+func CheckSteps(entries []Entry) error {
+	var problems []error
+	latest := map[string]runKey{} // session -> the run that started last
+	for i, e := range entries {
+		k := runKey{e.Session, e.Attempt, e.Worker, e.Fence}
+		switch e.Event {
+		case EventStart:
+			latest[e.Session] = k
+		case EventStep:
+			if cur, ok := latest[e.Session]; ok && cur != k {
+				problems = append(problems, fmt.Errorf("entry %d: attempt %q (worker %q, fence %q) acted at step %d after attempt %q (worker %q, fence %q) of its session started",
+					i, e.Attempt, e.Worker, e.Fence, e.Step, cur.attempt, cur.worker, cur.fence))
+			}
 		}
 	}
 	return errors.Join(problems...)

@@ -2,6 +2,7 @@ package scripted_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/teamster-fleet/teamster"
 	"github.com/teamster-fleet/teamster/harness/scripted"
 )
 
@@ -32,8 +34,10 @@ func TestLedgerRecordsRuns(t *testing.T) {
 	entries := l.Entries()
 	want := []scripted.Entry{
 		{Event: "start", Session: "agent:main:s1", Attempt: "a1", Worker: "w1", Fence: "e1:1", Delegate: "voice-call"},
+		{Event: "step", Session: "agent:main:s1", Attempt: "a1", Worker: "w1", Fence: "e1:1", Delegate: "voice-call"},
 		{Event: "end", Session: "agent:main:s1", Attempt: "a1", Worker: "w1", Fence: "e1:1", Delegate: "voice-call"},
 		{Event: "start", Session: "agent:main:s1", Attempt: "a2", Worker: "w1", Fence: "e1:1"},
+		{Event: "step", Session: "agent:main:s1", Attempt: "a2", Worker: "w1", Fence: "e1:1"},
 		{Event: "end", Session: "agent:main:s1", Attempt: "a2", Worker: "w1", Fence: "e1:1"},
 	}
 	if diff := cmp.Diff(want, entries, cmpopts.IgnoreFields(scripted.Entry{}, "TimeNs")); diff != "" {
@@ -91,8 +95,8 @@ func TestFileLedger(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(entries) != 2*runs {
-		t.Fatalf("%d entries, want %d", len(entries), 2*runs)
+	if len(entries) != 3*runs { // start, one step (the echo), end
+		t.Fatalf("%d entries, want %d", len(entries), 3*runs)
 	}
 	if err := scripted.CheckLedger(entries); err != nil {
 		t.Errorf("CheckLedger: %v", err)
@@ -194,5 +198,44 @@ func TestCheckReplays(t *testing.T) {
 	}
 	if err := scripted.CheckReplays(entries[:2]); err != nil {
 		t.Errorf("CheckReplays of one run: %v", err)
+	}
+}
+
+// A run that acts after a later run of its session started is caught; one
+// that only records its end after waking (its lease check failed first) is
+// not.
+func TestCheckSteps(t *testing.T) {
+	e := func(ev, attempt, fence string) scripted.Entry {
+		return scripted.Entry{Event: ev, Session: "s", Attempt: attempt, Worker: "w", Fence: fence}
+	}
+	ok := []scripted.Entry{e("start", "a1", "f:1"), e("step", "a1", "f:1"), e("start", "a2", "f:2"), e("step", "a2", "f:2"), e("end", "a1", "f:1"), e("end", "a2", "f:2")}
+	if err := scripted.CheckSteps(ok); err != nil {
+		t.Fatalf("a late end flagged: %v", err)
+	}
+	bad := []scripted.Entry{e("start", "a1", "f:1"), e("start", "a2", "f:2"), e("step", "a1", "f:1")}
+	if err := scripted.CheckSteps(bad); err == nil {
+		t.Fatal("a step after a later start passed")
+	}
+}
+
+// A run whose lease is no longer current stops before its next step.
+func TestRunStopsWhenNotCurrent(t *testing.T) {
+	var l scripted.MemoryLedger
+	hs := scripted.New(manifest("none"), scripted.Options{Ledger: &l})
+	run := newRun(script(t, m{"say": "one"}, m{"say": "two"}), &host{})
+	calls := 0
+	run.Current = func() bool { calls++; return calls == 1 }
+	_, err := hs.RunAttempt(context.Background(), run)
+	if !errors.Is(err, teamster.ErrLeaseLost) {
+		t.Fatalf("error %v, want lease_lost", err)
+	}
+	steps := 0
+	for _, en := range l.Entries() {
+		if en.Event == scripted.EventStep {
+			steps++
+		}
+	}
+	if steps != 1 {
+		t.Fatalf("%d steps recorded, want 1 (the second was refused)", steps)
 	}
 }

@@ -107,10 +107,15 @@ func (h *Harness) RunAttempt(ctx context.Context, run *harness.Run) (*harness.Ou
 		run.SetInjector(v1Handle{q: q})
 	}
 	p := &player{ctx: ctx, host: run.Host, q: q, out: &harness.Outcome{AssistantTexts: []string{}}}
-	for _, s := range steps {
+	for i, s := range steps {
 		if ctx.Err() != nil {
 			return nil, ctxError(ctx)
 		}
+		if run.Current != nil && !run.Current() {
+			// The lease is gone (a pause past the TTL, say): act no more.
+			return nil, teamster.Errorf(teamster.CodeLeaseLost, "the run's lease is no longer held; stopped before step %d", i)
+		}
+		h.recordStep(run, i)
 		if err := p.play(s); err != nil {
 			return nil, err
 		}
@@ -121,6 +126,16 @@ func (h *Harness) RunAttempt(ctx context.Context, run *harness.Run) (*harness.Ou
 		p.out.RuntimeArtifact = &a
 	}
 	return p.out, nil
+}
+
+// recordStep records that step i is about to act (EventStep), after the
+// run's currency was checked.
+func (h *Harness) recordStep(run *harness.Run, i int) {
+	if h.opts.Ledger == nil {
+		return
+	}
+	h.opts.Ledger.Record(Entry{Event: EventStep, Step: i, Session: run.Attempt.SessionKey, Attempt: run.Attempt.AttemptID,
+		Worker: run.WorkerID, Fence: run.Fence, Delegate: run.Delegate, TimeNs: time.Now().UnixNano()})
 }
 
 // record writes one ledger entry, when the harness has a ledger.

@@ -83,6 +83,9 @@ func TestManySessionsInOrderOneResultEach(t *testing.T) {
 	if err := scripted.CheckReplays(entries); err != nil {
 		t.Fatal(err)
 	}
+	if err := scripted.CheckSteps(entries); err != nil {
+		t.Fatal(err)
+	}
 	checkRunOrder(t, entries, accepted)
 }
 

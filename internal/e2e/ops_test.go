@@ -218,6 +218,9 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 	if err := scripted.CheckReplays(entries); err != nil {
 		t.Fatal(err)
 	}
+	if err := scripted.CheckSteps(entries); err != nil {
+		t.Fatal(err)
+	}
 	checkRunOrder(t, entries, accepted)
 	if len(handles) != sessions*turns {
 		t.Fatalf("%d attempts, want %d", len(handles), sessions*turns)
