@@ -123,25 +123,31 @@ type Outcome struct {
 	// RuntimeArtifact identifies the exact native runtime, when the attempt
 	// asked for it (captureRuntimeArtifact).
 	RuntimeArtifact *bus.RuntimeArtifact
+	// PromptError says the turn ended on a prompt error (the model refused or
+	// could not take the prompt); such a turn is never classified.
+	PromptError bool
+	// Silent says the turn intentionally replied nothing (OpenClaw's
+	// NO_REPLY, SilentReplyToken); the harness may have dropped the token
+	// from AssistantTexts. A silent turn is never classified.
+	Silent bool
+	// ToolMediaURLs are the media the turn's tool results presented.
+	// HostOwnedToolMediaURLs are those among them that the trusted harness
+	// runtime created and stored itself, never media chosen by model or
+	// OpenClaw tools; each must also be in ToolMediaURLs (CheckToolMedia).
+	ToolMediaURLs          []string
+	HostOwnedToolMediaURLs []string
 }
 
-// Classification returns the terminal classification of a turn that produced
-// no visible assistant text ("" when it did): planning-only needs the
-// harness's explicit plan text, reasoning-only its reasoning, else empty.
+// Classification returns the terminal classification of the turn (Classify
+// of a completed turn): "" when it produced visible assistant text, ended on
+// a prompt error or was intentionally silent; else planning-only with the
+// harness's explicit plan text, reasoning-only with its reasoning, else
+// empty.
 func (o *Outcome) Classification() string {
-	for _, t := range o.AssistantTexts {
-		if t != "" {
-			return ""
-		}
-	}
-	switch {
-	case o.PlanText != "":
-		return bus.ClassPlanningOnly
-	case o.ReasoningText != "":
-		return bus.ClassReasoningOnly
-	default:
-		return bus.ClassEmpty
-	}
+	return Classify(ClassifyInput{
+		Completed: true, PromptError: o.PromptError, Silent: o.Silent,
+		AssistantTexts: o.AssistantTexts, ReasoningText: o.ReasoningText, PlanText: o.PlanText,
+	})
 }
 
 // Resetter is a harness that keeps a native binding outside the session

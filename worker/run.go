@@ -98,12 +98,24 @@ func (r *run) execute() {
 			return
 		}
 	}
+	// A verified continuation names the exact runtime it expects: check it
+	// before the harness starts anything native.
+	if exp := r.attempt.ExpectedRuntimeArtifact; exp != nil {
+		if err := r.validateArtifact(*exp); err != nil {
+			r.finish(r.errorResult(teamster.AsError(err).WithSideEffects(teamster.SideEffectsNone)))
+			return
+		}
+	}
 	var binding json.RawMessage
 	if rec != nil && rec.NativeBinding != "" {
 		binding = json.RawMessage(rec.NativeBinding)
 	}
 
 	out, err := r.runHarness(binding)
+	if err == nil {
+		// Host-owned media must be among the tool media the turn reported.
+		err = out.CheckToolMedia()
+	}
 	if err != nil {
 		r.finish(r.errorResult(teamster.AsError(err)))
 		return
@@ -121,6 +133,25 @@ func (r *run) checkDelegate(rec *leases.SessionRecord) error {
 		}
 	}
 	return delegation.Check(r.attempt.DelegationRequest(r.delegate), rec.Delegation(), pinned)
+}
+
+// validateArtifact checks an expected runtime artifact with the harness's
+// own validation; a harness that cannot validate artifacts cannot honour the
+// request, which is a mismatch too.
+func (r *run) validateArtifact(exp bus.RuntimeArtifact) error {
+	v, ok := r.h.impl.(harness.ArtifactValidator)
+	if !ok {
+		return teamster.Errorf(teamster.CodeRuntimeArtifactMismatch, "harness %s cannot verify runtime artifacts", r.harnessID)
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
+	defer cancel()
+	if err := v.ValidateRuntimeArtifact(ctx, exp); err != nil {
+		if teamster.CodeOf(err) == teamster.CodeInternal {
+			return teamster.Errorf(teamster.CodeRuntimeArtifactMismatch, "%v", err)
+		}
+		return err
+	}
+	return nil
 }
 
 // runHarness runs the harness under the attempt's deadline and the lease: a

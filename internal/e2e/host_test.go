@@ -91,3 +91,33 @@ func TestSilentGatewayEndsAtTheDeadline(t *testing.T) {
 		t.Fatalf("lease after the deadline: %v, want released", err)
 	}
 }
+
+// A mismatched expectedRuntimeArtifact fails before the harness starts
+// anything; a matching one runs, and captureRuntimeArtifact returns the
+// harness's {id, fingerprint}.
+func TestRuntimeArtifacts(t *testing.T) {
+	f := fleettest.Start(t, fleettest.Options{Workers: 1})
+	capture := fleettest.Attempt("artifact:a", "probe")
+	capture.CaptureRuntimeArtifact = true
+	r := result(t, submit(t, f, capture))
+	if r.Status != teamster.StatusOK || r.RuntimeArtifact == nil || r.RuntimeArtifact.ID == "" || r.RuntimeArtifact.Fingerprint == "" {
+		t.Fatalf("captured artifact %+v", r)
+	}
+	same := fleettest.Attempt("artifact:a", "continue")
+	same.ExpectedRuntimeArtifact = r.RuntimeArtifact
+	if r2 := result(t, submit(t, f, same)); r2.Status != teamster.StatusOK {
+		t.Fatalf("continuation with the same artifact: %+v", r2)
+	}
+	other := fleettest.Attempt("artifact:a", "mismatch")
+	other.ExpectedRuntimeArtifact = &bus.RuntimeArtifact{ID: r.RuntimeArtifact.ID, Fingerprint: "another-build"}
+	h := submit(t, f, other)
+	r3 := result(t, h)
+	if r3.Error == nil || r3.Error.Code != teamster.CodeRuntimeArtifactMismatch || r3.Error.SideEffects != teamster.SideEffectsNone {
+		t.Fatalf("mismatched artifact: %+v", r3)
+	}
+	for _, e := range f.Ledger.Entries() {
+		if e.Attempt == h.AttemptID() {
+			t.Fatal("the harness started a run whose expected artifact did not match")
+		}
+	}
+}
