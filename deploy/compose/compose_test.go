@@ -1,0 +1,655 @@
+package compose
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/redis/go-redis/v9"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/teamster-fleet/teamster/bus"
+	"github.com/teamster-fleet/teamster/selection"
+	"github.com/teamster-fleet/teamster/worker"
+)
+
+// composeSpec is the part of the Compose file format these tests read. Each
+// field accepts the short and the long syntax Compose accepts, so that a
+// rewrite in the other syntax is still checked rather than rejected.
+type composeSpec struct {
+	Name     string                     `yaml:"name"`
+	Services map[string]*composeService `yaml:"services"`
+	Volumes  map[string]any             `yaml:"volumes"`
+}
+
+type composeService struct {
+	Image           string                     `yaml:"image"`
+	Build           *composeBuild              `yaml:"build"`
+	Command         stringList                 `yaml:"command"`
+	Volumes         []composeMount             `yaml:"volumes"`
+	Environment     environment                `yaml:"environment"`
+	EnvFile         envFiles                   `yaml:"env_file"`
+	DependsOn       dependsOn                  `yaml:"depends_on"`
+	StopGracePeriod string                     `yaml:"stop_grace_period"`
+	Healthcheck     *struct{ Test stringList } `yaml:"healthcheck"`
+}
+
+// composeBuild is `build: path` or `build: {context, dockerfile}`.
+type composeBuild struct {
+	Context    string `yaml:"context"`
+	Dockerfile string `yaml:"dockerfile"`
+}
+
+func (b *composeBuild) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		b.Context = n.Value
+		return nil
+	}
+	type plain composeBuild
+	return n.Decode((*plain)(b))
+}
+
+// stringList is a list of strings, or one string split on spaces.
+type stringList []string
+
+func (l *stringList) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		*l = strings.Fields(n.Value)
+		return nil
+	}
+	var s []string
+	if err := n.Decode(&s); err != nil {
+		return err
+	}
+	*l = s
+	return nil
+}
+
+// composeMount is a volume or bind mount: "source:target[:mode]" or
+// {type, source, target}.
+type composeMount struct {
+	Type   string `yaml:"type"`
+	Source string `yaml:"source"`
+	Target string `yaml:"target"`
+}
+
+func (m *composeMount) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		type plain composeMount
+		return n.Decode((*plain)(m))
+	}
+	parts := strings.Split(n.Value, ":")
+	switch len(parts) {
+	case 1:
+		m.Type, m.Target = "volume", parts[0] // anonymous volume
+		return nil
+	case 2, 3:
+		m.Source, m.Target = parts[0], parts[1]
+	default:
+		return fmt.Errorf("volume %q: want source:target[:mode]", n.Value)
+	}
+	if isPath(m.Source) {
+		m.Type = "bind"
+	} else {
+		m.Type = "volume"
+	}
+	return nil
+}
+
+// isPath says whether a short-syntax mount source is a host path rather than
+// a named volume.
+func isPath(s string) bool {
+	return strings.HasPrefix(s, ".") || strings.HasPrefix(s, "/") || strings.HasPrefix(s, "~")
+}
+
+// environment is a map, or a list of KEY=VALUE.
+type environment map[string]string
+
+func (e *environment) UnmarshalYAML(n *yaml.Node) error {
+	*e = environment{}
+	if n.Kind == yaml.SequenceNode {
+		var l []string
+		if err := n.Decode(&l); err != nil {
+			return err
+		}
+		for _, kv := range l {
+			k, v, _ := strings.Cut(kv, "=")
+			(*e)[k] = v
+		}
+		return nil
+	}
+	var m map[string]string
+	if err := n.Decode(&m); err != nil {
+		return err
+	}
+	for k, v := range m {
+		(*e)[k] = v
+	}
+	return nil
+}
+
+// envFiles is one path, a list of paths, or a list of {path, required}.
+type envFiles []string
+
+func (f *envFiles) UnmarshalYAML(n *yaml.Node) error {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		*f = envFiles{n.Value}
+		return nil
+	case yaml.SequenceNode:
+		for _, item := range n.Content {
+			if item.Kind == yaml.ScalarNode {
+				*f = append(*f, item.Value)
+				continue
+			}
+			var long struct{ Path string }
+			if err := item.Decode(&long); err != nil {
+				return err
+			}
+			*f = append(*f, long.Path)
+		}
+		return nil
+	}
+	return fmt.Errorf("env_file: unexpected %v", n.Kind)
+}
+
+// dependsOn is a list of service names or a map of name to condition.
+type dependsOn map[string]string
+
+func (d *dependsOn) UnmarshalYAML(n *yaml.Node) error {
+	*d = dependsOn{}
+	if n.Kind == yaml.SequenceNode {
+		var l []string
+		if err := n.Decode(&l); err != nil {
+			return err
+		}
+		for _, s := range l {
+			(*d)[s] = "service_started"
+		}
+		return nil
+	}
+	var m map[string]struct{ Condition string }
+	if err := n.Decode(&m); err != nil {
+		return err
+	}
+	for k, v := range m {
+		(*d)[k] = v.Condition
+	}
+	return nil
+}
+
+// loadCompose parses the shipped compose.yaml, failing the test loudly when
+// it does not parse.
+func loadCompose(t *testing.T) *composeSpec {
+	t.Helper()
+	b, err := os.ReadFile(composeFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c composeSpec
+	if err := yaml.Unmarshal(b, &c); err != nil {
+		t.Fatalf("%s does not parse: %v", composeFile, err)
+	}
+	if len(c.Services) == 0 {
+		t.Fatalf("%s has no services", composeFile)
+	}
+	return &c
+}
+
+// role is what a service runs: nats, redis, router or worker.
+func (s *composeService) role() string {
+	switch {
+	case strings.HasPrefix(s.Image, "nats:"):
+		return "nats"
+	case strings.HasPrefix(s.Image, "redis:"):
+		return "redis"
+	case s.Build != nil && len(s.Command) > 0:
+		return path.Base(s.Command[0])
+	}
+	return ""
+}
+
+func (c *composeSpec) byRole(role string) []string {
+	var names []string
+	for name, s := range c.Services {
+		if s.role() == role {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+// mountOf returns the local file bind-mounted at target in service s.
+func (s *composeService) mountOf(target string) (string, bool) {
+	for _, m := range s.Volumes {
+		if m.Type == "bind" && m.Target == target {
+			return m.Source, true
+		}
+	}
+	return "", false
+}
+
+func TestComposeServices(t *testing.T) {
+	c := loadCompose(t)
+	want := map[string][]string{
+		"nats":   {"nats-1", "nats-2", "nats-3"},
+		"redis":  {"redis"},
+		"router": {"router-1", "router-2"},
+		"worker": {"worker-1", "worker-2", "worker-3"},
+	}
+	got := map[string][]string{}
+	for _, role := range []string{"nats", "redis", "router", "worker"} {
+		got[role] = c.byRole(role)
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("services by role (-want +got):\n%s", d)
+	}
+	for name, s := range c.Services {
+		if s.role() == "" {
+			t.Errorf("service %s: neither a nats:, redis: image nor a teamster build with a command", name)
+		}
+	}
+	for _, name := range c.byRole("nats") {
+		if img := c.Services[name].Image; !strings.HasPrefix(img, "nats:2") {
+			t.Errorf("%s: image %q, want nats:2.x", name, img)
+		}
+	}
+	for _, name := range c.byRole("redis") {
+		if img := c.Services[name].Image; !strings.HasPrefix(img, "redis:7") {
+			t.Errorf("%s: image %q, want redis:7", name, img)
+		}
+	}
+}
+
+// TestComposeReferencesExist checks every file and directory compose.yaml
+// names: build contexts and Dockerfiles, bind mounts, env files; and that
+// named volumes and depends_on targets are declared.
+func TestComposeReferencesExist(t *testing.T) {
+	c := loadCompose(t)
+	exists := func(what, p string, dir bool) {
+		t.Helper()
+		if filepath.IsAbs(p) || strings.HasPrefix(p, "~") {
+			t.Errorf("%s %q: an absolute path is not portable; use a path relative to deploy/compose", what, p)
+			return
+		}
+		fi, err := os.Stat(p)
+		switch {
+		case err != nil:
+			t.Errorf("%s %q: %v", what, p, err)
+		case dir && !fi.IsDir():
+			t.Errorf("%s %q is not a directory", what, p)
+		case !dir && fi.IsDir():
+			t.Errorf("%s %q is a directory, want a file", what, p)
+		}
+	}
+	for name, s := range c.Services {
+		if s.Build != nil {
+			exists(name+": build context", s.Build.Context, true)
+			df := s.Build.Dockerfile
+			if df == "" {
+				df = "Dockerfile"
+			}
+			exists(name+": dockerfile", filepath.Join(s.Build.Context, df), false)
+		}
+		for _, m := range s.Volumes {
+			switch m.Type {
+			case "bind":
+				exists(name+": bind mount", m.Source, false)
+			case "volume":
+				if _, ok := c.Volumes[m.Source]; m.Source != "" && !ok {
+					t.Errorf("%s: named volume %q is not declared under volumes:", name, m.Source)
+				}
+			default:
+				t.Errorf("%s: mount type %q is not checked by this test", name, m.Type)
+			}
+		}
+		for _, f := range s.EnvFile {
+			exists(name+": env_file", f, false)
+		}
+		for dep := range s.DependsOn {
+			if _, ok := c.Services[dep]; !ok {
+				t.Errorf("%s depends on %q, which is not a service", name, dep)
+			}
+		}
+	}
+}
+
+var includeRe = regexp.MustCompile(`(?m)^\s*include\s+["']?([^"'\s;]+)`)
+
+// TestComposeNATSNodes loads each node's config as its container would see
+// it: the config file named on the command line must be mounted, and so must
+// every file it includes, next to it.
+func TestComposeNATSNodes(t *testing.T) {
+	c := loadCompose(t)
+	nodes := c.byRole("nats")
+	names := map[string]string{}
+	for _, name := range nodes {
+		s := c.Services[name]
+		var conf string
+		for i, a := range s.Command {
+			if (a == "--config" || a == "-c") && i+1 < len(s.Command) {
+				conf = s.Command[i+1]
+			}
+		}
+		if conf == "" {
+			t.Errorf("%s: command %q names no --config", name, s.Command)
+			continue
+		}
+		local, ok := s.mountOf(conf)
+		if !ok {
+			t.Errorf("%s: its config %s is not bind-mounted", name, conf)
+			continue
+		}
+		b, err := os.ReadFile(local)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range includeRe.FindAllStringSubmatch(string(b), -1) {
+			target := path.Join(path.Dir(conf), m[1])
+			src, ok := s.mountOf(target)
+			if !ok {
+				t.Errorf("%s: %s includes %s, but nothing is mounted at %s", name, local, m[1], target)
+			} else if filepath.Clean(src) != filepath.Join(filepath.Dir(local), m[1]) {
+				t.Errorf("%s: %s is mounted from %s, want %s", name, target, src, filepath.Join(filepath.Dir(local), m[1]))
+			}
+		}
+
+		o, err := server.ProcessConfigFile(local)
+		if err != nil {
+			t.Errorf("%s: %s does not load: %v", name, local, err)
+			continue
+		}
+		if prev, dup := names[o.ServerName]; dup {
+			t.Errorf("%s and %s share server_name %q", prev, name, o.ServerName)
+		}
+		names[o.ServerName] = name
+		if o.MaxPayload != bus.ServerMaxPayload {
+			t.Errorf("%s: max_payload %d, want %d", name, o.MaxPayload, bus.ServerMaxPayload)
+		}
+		if !o.JetStream {
+			t.Errorf("%s: JetStream is off", name)
+		}
+		if !c.onVolume(s, o.StoreDir) {
+			t.Errorf("%s: store_dir %s is not on a named volume", name, o.StoreDir)
+		}
+		if o.Cluster.Name != "teamster" || o.Cluster.Port == 0 {
+			t.Errorf("%s: cluster %q on port %d", name, o.Cluster.Name, o.Cluster.Port)
+		}
+		if o.Cluster.Username == "" || o.Cluster.Password == "" {
+			t.Errorf("%s: cluster routes are not authenticated", name)
+		}
+		var hosts []string
+		for _, r := range o.Routes {
+			hosts = append(hosts, r.Hostname())
+			if pw, _ := r.User.Password(); r.User.Username() != o.Cluster.Username || pw != o.Cluster.Password {
+				t.Errorf("%s: route %s does not carry the cluster's credentials", name, r.Redacted())
+			}
+			if r.Port() != fmt.Sprint(o.Cluster.Port) {
+				t.Errorf("%s: route %s is not on the cluster port %d", name, r.Redacted(), o.Cluster.Port)
+			}
+		}
+		sort.Strings(hosts)
+		if d := cmp.Diff(nodes, hosts); d != "" {
+			t.Errorf("%s: routes (-nats services +route hosts):\n%s", name, d)
+		}
+		if s.Healthcheck == nil {
+			t.Errorf("%s: no healthcheck (routers and workers wait for service_healthy)", name)
+		}
+	}
+}
+
+// onVolume says whether dir lies on a named volume of s.
+func (c *composeSpec) onVolume(s *composeService, dir string) bool {
+	for _, m := range s.Volumes {
+		if m.Type == "volume" && m.Source != "" && (dir == m.Target || strings.HasPrefix(dir, m.Target+"/")) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestComposeDaemons checks the routers' and workers' settings: their NATS
+// URLs log in to the shipped accounts config as the right principal, their
+// Redis URL matches Redis's password, and each worker's config file is
+// mounted, valid and its own.
+func TestComposeDaemons(t *testing.T) {
+	c := loadCompose(t)
+	s := startShipped(t)
+	natsNodes := c.byRole("nats")
+	redisPass := c.redisPassword(t)
+	for _, role := range []string{"router", "worker"} {
+		for _, name := range c.byRole(role) {
+			svc := c.Services[name]
+			env := svc.Environment
+			if env["TEAMSTER_LOG_FORMAT"] != "json" {
+				t.Errorf("%s: TEAMSTER_LOG_FORMAT %q, want json", name, env["TEAMSTER_LOG_FORMAT"])
+			}
+			for _, dep := range append([]string{"redis"}, natsNodes...) {
+				if cond, ok := svc.DependsOn[dep]; !ok || cond != "service_healthy" {
+					t.Errorf("%s: depends_on %s %q, want service_healthy", name, dep, cond)
+				}
+			}
+			checkNATSURL(t, s, name, role, env["TEAMSTER_NATS_URL"], natsNodes)
+			checkRedisURL(t, name, env["TEAMSTER_REDIS_URL"], redisPass)
+		}
+	}
+
+	seen := map[string]string{}
+	manifests := map[string]selection.Manifest{}
+	for _, name := range c.byRole("worker") {
+		svc := c.Services[name]
+		target := svc.Environment["TEAMSTER_WORKER_CONFIG"]
+		local, ok := svc.mountOf(target)
+		if !ok {
+			t.Errorf("%s: TEAMSTER_WORKER_CONFIG %q is not a bind-mounted file", name, target)
+			continue
+		}
+		cfg, err := worker.LoadConfig(local)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if prev, dup := seen[cfg.WorkerID]; dup {
+			t.Errorf("%s and %s share workerId %q", prev, name, cfg.WorkerID)
+		}
+		seen[cfg.WorkerID] = name
+		// DESIGN.md: workers that host one id advertise the same manifest.
+		for _, h := range cfg.Harnesses {
+			m, ok := manifests[h.ID]
+			if !ok {
+				manifests[h.ID] = h.Manifest
+				continue
+			}
+			if d := cmp.Diff(m, h.Manifest); d != "" {
+				t.Errorf("%s: harness %s advertises another manifest than the first worker hosting it (-first +this):\n%s", name, h.ID, d)
+			}
+		}
+		// A draining worker must not be killed before its drain timeout.
+		grace, err := time.ParseDuration(svc.StopGracePeriod)
+		if err != nil || grace <= cfg.DrainTimeout() {
+			t.Errorf("%s: stop_grace_period %q, want longer than drainTimeoutMs (%s)", name, svc.StopGracePeriod, cfg.DrainTimeout())
+		}
+	}
+}
+
+// redisPassword is the --requirepass of the redis service, "" when none.
+func (c *composeSpec) redisPassword(t *testing.T) string {
+	t.Helper()
+	names := c.byRole("redis")
+	if len(names) != 1 {
+		t.Fatalf("redis services: %v", names)
+	}
+	cmd := c.Services[names[0]].Command
+	for i, a := range cmd {
+		if a == "--requirepass" && i+1 < len(cmd) {
+			return cmd[i+1]
+		}
+	}
+	return ""
+}
+
+func checkNATSURL(t *testing.T, s *server.Server, service, role, urls string, nodes []string) {
+	t.Helper()
+	if urls == "" {
+		t.Errorf("%s: no TEAMSTER_NATS_URL", service)
+		return
+	}
+	var hosts []string
+	for _, raw := range strings.Split(urls, ",") {
+		u, err := url.Parse(strings.TrimSpace(raw))
+		if err != nil {
+			t.Errorf("%s: TEAMSTER_NATS_URL: %v", service, err)
+			continue
+		}
+		hosts = append(hosts, u.Hostname())
+		if u.Scheme != "nats" && u.Scheme != "tls" {
+			t.Errorf("%s: %s: scheme %q, want nats or tls", service, u.Redacted(), u.Scheme)
+		}
+		pw, _ := u.User.Password()
+		if u.User.Username() != role {
+			t.Errorf("%s: %s logs in as %q, want principal %q", service, u.Redacted(), u.User.Username(), role)
+			continue
+		}
+		// The credentials in the URL must log in to the shipped accounts.
+		nc, err := nats.Connect(clientURL(s), nats.UserInfo(u.User.Username(), pw), nats.MaxReconnects(0))
+		if err != nil {
+			t.Errorf("%s: the credentials of %s do not log in to %s: %v", service, u.Redacted(), accountsConfig, err)
+			continue
+		}
+		nc.Close()
+	}
+	sort.Strings(hosts)
+	if d := cmp.Diff(nodes, hosts); d != "" {
+		t.Errorf("%s: TEAMSTER_NATS_URL hosts (-nats services +hosts):\n%s", service, d)
+	}
+}
+
+func checkRedisURL(t *testing.T, service, raw, password string) {
+	t.Helper()
+	o, err := redis.ParseURL(raw)
+	if err != nil {
+		t.Errorf("%s: TEAMSTER_REDIS_URL: %v", service, err)
+		return
+	}
+	if o.Addr != "redis:6379" {
+		t.Errorf("%s: TEAMSTER_REDIS_URL addresses %s, want redis:6379", service, o.Addr)
+	}
+	if o.Password != password {
+		t.Errorf("%s: TEAMSTER_REDIS_URL's password is not the redis service's --requirepass", service)
+	}
+}
+
+// TestWorkerConfigs checks every worker-*.json here: JSON, a valid worker
+// config, its own workerId, and mounted by one compose service.
+func TestWorkerConfigs(t *testing.T) {
+	files, err := filepath.Glob("worker-*.json")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no worker-*.json: %v", err)
+	}
+	c := loadCompose(t)
+	mounted := map[string]int{}
+	for _, name := range c.byRole("worker") {
+		for _, m := range c.Services[name].Volumes {
+			if m.Type == "bind" {
+				mounted[filepath.Clean(m.Source)]++
+			}
+		}
+	}
+	ids := map[string]string{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var raw struct {
+			WorkerID string `json:"workerId"`
+		}
+		if err := json.Unmarshal(b, &raw); err != nil {
+			t.Errorf("%s is not JSON: %v", f, err)
+			continue
+		}
+		if _, err := worker.ParseConfig(b); err != nil {
+			t.Errorf("%s is not a valid worker config: %v", f, err)
+		}
+		if raw.WorkerID == "" {
+			t.Errorf("%s has no workerId: each worker of the fleet needs its own", f)
+		} else if prev, dup := ids[raw.WorkerID]; dup {
+			t.Errorf("%s and %s share workerId %q", prev, f, raw.WorkerID)
+		}
+		ids[raw.WorkerID] = f
+		if n := mounted[filepath.Clean(f)]; n != 1 {
+			t.Errorf("%s is mounted by %d worker services, want 1", f, n)
+		}
+	}
+}
+
+// TestDockerfile checks what compose.yaml relies on in deploy/Dockerfile:
+// static builds of the binaries the services run, installed where their
+// commands look, run as a non-root user.
+func TestDockerfile(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	df := string(b)
+	for _, want := range []string{"FROM golang:1.26", "CGO_ENABLED=0", "COPY --from=build /out/ /usr/local/bin/"} {
+		if !strings.Contains(df, want) {
+			t.Errorf("Dockerfile lacks %q", want)
+		}
+	}
+	users := regexp.MustCompile(`(?m)^USER\s+(\S+)`).FindAllStringSubmatch(df, -1)
+	if len(users) == 0 {
+		t.Error("Dockerfile sets no USER: the image would run as root")
+	} else if u := users[len(users)-1][1]; u == "root" || u == "0" || strings.HasPrefix(u, "0:") || strings.HasPrefix(u, "root:") {
+		t.Errorf("Dockerfile runs as %s", u)
+	}
+	built := map[string]bool{}
+	for _, m := range regexp.MustCompile(`\./cmd/([a-z]+)`).FindAllStringSubmatch(df, -1) {
+		built[m[1]] = true
+		if _, err := os.Stat(filepath.Join(repoRoot, "cmd", m[1], "main.go")); err != nil {
+			t.Errorf("Dockerfile builds ./cmd/%s: %v", m[1], err)
+		}
+	}
+	for _, bin := range []string{"router", "worker", "teamster"} {
+		if !built[bin] {
+			t.Errorf("Dockerfile does not build ./cmd/%s", bin)
+		}
+	}
+	c := loadCompose(t)
+	for name, s := range c.Services {
+		if s.Build == nil {
+			continue
+		}
+		if dir, bin := path.Split(s.Command[0]); dir != "/usr/local/bin/" || !built[bin] {
+			t.Errorf("%s runs %s, which the image does not install", name, s.Command[0])
+		}
+	}
+}
+
+// TestSingleNodeConfig keeps nats.conf what the README's "by hand"
+// instructions need: JetStream, the 8 MiB max_payload, and no users (those
+// instructions connect without credentials).
+func TestSingleNodeConfig(t *testing.T) {
+	o, err := server.ProcessConfigFile("nats.conf")
+	if err != nil {
+		t.Fatalf("nats.conf does not load: %v", err)
+	}
+	if o.MaxPayload != bus.ServerMaxPayload || !o.JetStream {
+		t.Errorf("nats.conf: max_payload %d, JetStream %t", o.MaxPayload, o.JetStream)
+	}
+	if len(o.Users) != 0 || len(o.Nkeys) != 0 || o.Username != "" || o.Authorization != "" {
+		t.Error("nats.conf requires authentication: the README's by-hand instructions connect without it")
+	}
+}

@@ -1,0 +1,312 @@
+package compose
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+	"github.com/sirupsen/logrus"
+
+	"github.com/teamster-fleet/teamster"
+	"github.com/teamster-fleet/teamster/bus"
+	"github.com/teamster-fleet/teamster/client"
+	"github.com/teamster-fleet/teamster/internal/testenv"
+	"github.com/teamster-fleet/teamster/router"
+	"github.com/teamster-fleet/teamster/selection"
+	"github.com/teamster-fleet/teamster/worker"
+)
+
+// TestFleetUnderShippedPermissions runs the real router, two workers (with the
+// shipped worker-1.json and worker-2.json), the gateway client, a delegate and
+// the operator's reads, each logged in as its principal, and fails on any
+// permissions violation: the permissions are enough for what the code does,
+// not only tight. It runs with both JetStream ack subject formats.
+func TestFleetUnderShippedPermissions(t *testing.T) {
+	for _, v2 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ack_v2=%t", v2), func(t *testing.T) {
+			s := startShipped(t, func(o *server.Options) {
+				o.FeatureFlags = map[string]bool{"js_ack_fc_v2": v2}
+			})
+			runFleet(t, s)
+		})
+	}
+}
+
+func runFleet(t *testing.T, s *server.Server) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*waitFor)
+	defer cancel()
+	rd := testenv.NewRedis(t)
+	newRedis := func() *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: rd.Addr()})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+
+	// The router, reaping every 100ms so the queue_timeout below is quick.
+	rp := login(t, s, "router")
+	r, err := router.New(router.Params{NATS: rp.nc, Redis: newRedis(), Logger: log, ReaperInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(ctx); err != nil {
+		t.Fatalf("the router does not start as principal router: %v", err)
+	}
+	t.Cleanup(r.Stop)
+
+	// Two workers with the shipped configs, each with its own connection.
+	var workers []*principal
+	for _, file := range []string{"worker-1.json", "worker-2.json"} {
+		cfg, err := worker.LoadConfig(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wp := login(t, s, "worker")
+		w, err := worker.New(worker.Params{Config: cfg, NATS: wp.nc, Redis: newRedis(), Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Start(ctx); err != nil {
+			t.Fatalf("worker %s does not start as principal worker: %v", cfg.WorkerID, err)
+		}
+		t.Cleanup(func() {
+			dctx, dcancel := context.WithTimeout(context.Background(), waitFor)
+			defer dcancel()
+			if err := w.Drain(dctx); err != nil {
+				t.Errorf("drain %s: %v", w.ID(), err)
+			}
+			noViolations(t, wp) // the drain too: registry delete, unsubscribes
+		})
+		workers = append(workers, wp)
+	}
+	waitUntil(t, "the router sees both workers' harnesses", func() bool { return len(r.Manifests()) >= 4 })
+
+	// The gateway answers host callbacks for hostId gw1.
+	gw := login(t, s, "gateway")
+	if _, err := gw.nc.Subscribe("teamster.host.gw1.>", func(m *nats.Msg) {
+		_ = m.Respond([]byte(`{"v":1,"status":"ok","result":{"answer":42}}`))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(gw.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// An ok turn with a host tool call and usage: events to the gateway's
+	// inbox, the durable result, the host callback round trip.
+	h := submit(ctx, t, c, attempt("fleet:ok", `{"script":[{"say":"hi"},{"tool":{"name":"lookup","args":{}}},{"usage":3}]}`))
+	res := waitResult(ctx, t, h)
+	if res.Status != teamster.StatusOK || !strings.Contains(strings.Join(res.AssistantTexts, ""), "42") {
+		t.Errorf("ok turn: %+v", res)
+	}
+	if _, err := c.Result(ctx, h.AttemptID()); err != nil {
+		t.Errorf("the gateway cannot read the durable result: %v", err)
+	}
+
+	// A long turn, a second turn of the same session that the reaper ends
+	// with queue_timeout (router publishes the result and the event), then
+	// the gateway cancels the long turn on the worker running it.
+	long := submit(ctx, t, c, attempt("fleet:long", `{"script":[{"sleep":30000}]}`))
+	waitEvent(ctx, t, long, bus.EventClaimed)
+	queued := attempt("fleet:long", "behind the long turn")
+	queued.QueueTimeoutMs = 200
+	if res := waitResult(ctx, t, submit(ctx, t, c, queued)); res.Error == nil || res.Error.Code != teamster.CodeQueueTimeout {
+		t.Errorf("queued turn: %+v, want queue_timeout", res)
+	}
+	// Injection and source authority go through the routers; whether or not
+	// a router serves those subjects yet, the bus must let them through.
+	for subj, body := range map[string]string{
+		bus.SubjectInject:      `{"v":1,"sessionKey":"fleet:long","text":"also this","authorityKind":"run"}`,
+		bus.SubjectSourceGrant: `{"v":1,"id":"src-1","generation":1}`,
+	} {
+		if _, err := gw.nc.RequestWithContext(ctx, subj, []byte(body)); err != nil && !errors.Is(err, nats.ErrNoResponders) {
+			t.Errorf("the gateway requests %s: %v", subj, err)
+		}
+	}
+	if err := c.Cancel(ctx, long.AttemptID(), "test"); err != nil {
+		t.Errorf("the gateway cannot cancel: %v", err)
+	}
+	if res := waitResult(ctx, t, long); res.Status != teamster.StatusCancelled {
+		t.Errorf("cancelled turn: %+v", res)
+	}
+
+	// The owner creates a locked session pinned to codex; the delegate
+	// continues it on its own subject with the exact stored facts, and its
+	// events and result come back to its own inbox.
+	locked := true
+	voice := attempt("fleet:voice", "hello from the phone")
+	voice.HostID = ""
+	if err := c.SessionOp(ctx, bus.SessionCreate, bus.SessionOp{SessionKey: voice.SessionKey, SessionID: voice.SessionID,
+		StorePath: voice.StorePath, AgentID: voice.AgentID, AgentHarnessID: "codex", ModelSelectionLocked: &locked}); err != nil {
+		t.Errorf("the gateway creates a session: %v", err)
+	}
+	voice.AgentHarnessID, voice.AgentHarnessRuntimeOverride, voice.ModelSelectionLocked = "codex", "codex", true
+	dp := login(t, s, "delegate-voice-call")
+	dc, err := client.New(dp.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dh, err := dc.SubmitAsDelegate(ctx, "voice-call", voice)
+	switch {
+	case err == nil:
+		t.Cleanup(dh.Close)
+		if res := waitResult(ctx, t, dh); res.Status != teamster.StatusOK {
+			t.Errorf("delegate turn: %+v", res)
+		}
+	case teamster.CodeOf(err) != teamster.CodeInternal:
+		t.Logf("delegate turn refused by the router (not a bus matter): %v", err)
+	default:
+		t.Errorf("delegate submit: %v", err)
+	}
+	// Owner-only operations: the reset asks a worker hosting the pinned
+	// harness to clear its native state (router → teamster.harness.codex.reset).
+	if err := c.SessionOp(ctx, bus.SessionReset, bus.SessionOp{SessionKey: voice.SessionKey, SessionID: "sid-2"}); err != nil {
+		t.Errorf("the gateway resets a session: %v", err)
+	}
+
+	// The operator reads the registry and a result, and asks a worker for
+	// its status.
+	op := login(t, s, "operator")
+	ojs, err := jetstream.New(op.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := bus.ReadRegistry(ctx, ojs)
+	if err != nil || len(entries) != 2 {
+		t.Errorf("the operator reads the registry: %d entries, %v", len(entries), err)
+	}
+	if _, err := bus.GetResult(ctx, ojs, h.AttemptID()); err != nil {
+		t.Errorf("the operator reads a result: %v", err)
+	}
+	// teamster status: the harness consumers' queue depths.
+	attempts, err := ojs.Stream(ctx, bus.StreamAttempts)
+	if err != nil {
+		t.Fatalf("the operator looks up %s: %v", bus.StreamAttempts, err)
+	}
+	consumers := attempts.ConsumerNames(ctx)
+	for name := range consumers.Name() {
+		if cons, err := attempts.Consumer(ctx, name); err != nil {
+			t.Errorf("the operator reads consumer %s: %v", name, err)
+		} else if _, err := cons.Info(ctx); err != nil {
+			t.Errorf("the operator reads consumer %s: %v", name, err)
+		}
+	}
+	if err := consumers.Err(); err != nil {
+		t.Errorf("the operator lists the harness consumers: %v", err)
+	}
+	ctl, err := bus.Encode(&bus.WorkerControl{V: bus.Version, Op: bus.ControlStatus})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := op.nc.RequestWithContext(ctx, "teamster.worker.worker-1.control", ctl)
+	if err != nil {
+		t.Fatalf("the operator asks worker-1 for its status: %v", err)
+	}
+	var st bus.WorkerControlReply
+	if err := bus.Decode(m.Data, &st); err != nil || st.Status != bus.StatusOK {
+		t.Errorf("worker-1 status: %s, %v", m.Data, err)
+	}
+
+	noViolations(t, append([]*principal{rp, gw, dp, op}, workers...)...)
+}
+
+// attempt is a prepared attempt that auto selection sends to the scripted
+// codex harness of the shipped worker configs.
+func attempt(session, prompt string) *bus.Attempt {
+	return &bus.Attempt{
+		V: bus.Version, AgentID: "main", SessionKey: session, SessionID: "sid-" + session, StorePath: "/var/openclaw/" + session,
+		Provider: "openai", ModelID: "gpt-5.6-sol", HostID: "gw1",
+		ModelProvider: &selection.Route{RuntimePolicy: &selection.RuntimePolicy{CompatibleIDs: []string{"codex"}}, RequestTransportOverrides: "none"},
+		Prompt:        prompt,
+	}
+}
+
+func submit(ctx context.Context, t *testing.T, c *client.Client, a *bus.Attempt) *client.Handle {
+	t.Helper()
+	h, err := c.Submit(ctx, a)
+	if err != nil {
+		t.Fatalf("submit %s: %v", a.SessionKey, err)
+	}
+	if h.Reply.Status != bus.StatusAccepted {
+		t.Fatalf("submit %s: %+v, want accepted", a.SessionKey, h.Reply)
+	}
+	t.Cleanup(h.Close)
+	return h
+}
+
+func waitResult(ctx context.Context, t *testing.T, h *client.Handle) *bus.Result {
+	t.Helper()
+	r, err := h.Result(ctx)
+	if err != nil {
+		t.Fatalf("result of %s: %v", h.AttemptID(), err)
+	}
+	return r
+}
+
+func waitEvent(ctx context.Context, t *testing.T, h *client.Handle, typ string) {
+	t.Helper()
+	for {
+		select {
+		case e, ok := <-h.Events():
+			if !ok {
+				t.Fatalf("events of %s ended before a %s event", h.AttemptID(), typ)
+			}
+			if e.Type == typ {
+				return
+			}
+		case <-ctx.Done():
+			t.Fatalf("no %s event for %s", typ, h.AttemptID())
+		}
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out: %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestWorkerStartsFirst: compose starts routers and workers together, so a
+// worker may be first to reach NATS. Its principal must then be able to
+// create the streams, the bucket and its consumers itself.
+func TestWorkerStartsFirst(t *testing.T) {
+	s := startShipped(t)
+	rd := testenv.NewRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: rd.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	cfg, err := worker.LoadConfig("worker-3.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wp := login(t, s, "worker")
+	w, err := worker.New(worker.Params{Config: cfg, NATS: wp.nc, Redis: rdb, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if err := w.Start(ctx); err != nil {
+		t.Fatalf("a worker starting before any router: %v", err)
+	}
+	if err := w.Drain(ctx); err != nil {
+		t.Errorf("drain: %v", err)
+	}
+	noViolations(t, wp)
+}
