@@ -37,18 +37,21 @@ type Params struct {
 	Concurrency int
 	// Metrics; nil records into unregistered collectors.
 	Metrics *metrics.Router
+	// Streams tunes the streams the router creates or updates (replicas).
+	Streams bus.StreamOptions
 }
 
 // Router serves submits and reaps.
 type Router struct {
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	store  *leases.Store
-	policy *selection.Policy
-	log    logrus.FieldLogger
-	sem    chan struct{}
-	m      *metrics.Router
-	rdb    redis.UniversalClient
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	store   *leases.Store
+	policy  *selection.Policy
+	log     logrus.FieldLogger
+	sem     chan struct{}
+	m       *metrics.Router
+	rdb     redis.UniversalClient
+	streams bus.StreamOptions
 
 	registry *registryView
 	reaper   *reaper
@@ -79,7 +82,7 @@ func New(p Params) (*Router, error) {
 	if err != nil {
 		return nil, fmt.Errorf("router: jetstream: %w", err)
 	}
-	r := &Router{nc: p.NATS, js: js, store: leases.NewStore(p.Redis), policy: p.Policy, m: p.Metrics, rdb: p.Redis,
+	r := &Router{nc: p.NATS, js: js, store: leases.NewStore(p.Redis), policy: p.Policy, m: p.Metrics, rdb: p.Redis, streams: p.Streams,
 		log: p.Logger.WithField("component", "router"), sem: make(chan struct{}, p.Concurrency)}
 	r.reaper = newReaper(reaperParams{store: r.store, js: js, nc: p.NATS, interval: p.ReaperInterval, log: r.log, m: p.Metrics})
 	return r, nil
@@ -88,7 +91,7 @@ func New(p Params) (*Router, error) {
 // Start sets up the streams, loads the scripts, starts watching the registry,
 // subscribes the router's subjects and starts the reaper.
 func (r *Router) Start(ctx context.Context) error {
-	kv, err := bus.Setup(ctx, r.js, bus.StreamOptions{})
+	kv, err := bus.Setup(ctx, r.js, r.streams)
 	if err != nil {
 		return fmt.Errorf("router: %w", err)
 	}

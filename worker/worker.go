@@ -50,6 +50,8 @@ type Params struct {
 	Version string
 	// Metrics; nil records into unregistered collectors.
 	Metrics *metrics.Worker
+	// Streams tunes the streams the worker creates or updates (replicas).
+	Streams bus.StreamOptions
 }
 
 // hosted is one harness the worker hosts, with its consumer.
@@ -60,16 +62,17 @@ type hosted struct {
 
 // Worker runs attempts.
 type Worker struct {
-	cfg   *Config
-	id    string
-	nc    *nats.Conn
-	js    jetstream.JetStream
-	rdb   redis.UniversalClient
-	store *leases.Store
-	keep  *leases.Keeper
-	log   logrus.FieldLogger
-	ver   string
-	m     *metrics.Worker
+	cfg     *Config
+	id      string
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	rdb     redis.UniversalClient
+	store   *leases.Store
+	keep    *leases.Keeper
+	log     logrus.FieldLogger
+	ver     string
+	m       *metrics.Worker
+	streams bus.StreamOptions
 
 	harnesses map[string]*hosted
 	slots     chan struct{}
@@ -113,7 +116,7 @@ func New(p Params) (*Worker, error) {
 	if p.Metrics == nil {
 		p.Metrics = metrics.NewWorker(nil)
 	}
-	w := &Worker{m: p.Metrics,
+	w := &Worker{m: p.Metrics, streams: p.Streams,
 		cfg: p.Config, id: p.Config.WorkerID, nc: p.NATS, js: js, rdb: p.Redis,
 		store: leases.NewStore(p.Redis), log: log, ver: p.Version,
 		harnesses: map[string]*hosted{}, slots: make(chan struct{}, p.Config.Slots),
@@ -164,7 +167,7 @@ func (w *Worker) Done() <-chan struct{} { return w.done }
 // leases and heartbeating, and starts fetching. It returns once the worker is
 // active.
 func (w *Worker) Start(ctx context.Context) error {
-	if _, err := bus.Setup(ctx, w.js, bus.StreamOptions{}); err != nil {
+	if _, err := bus.Setup(ctx, w.js, w.streams); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
 	kv, err := w.js.KeyValue(ctx, bus.BucketWorkers)

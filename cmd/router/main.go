@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/teamster-fleet/teamster/bus"
 	"github.com/teamster-fleet/teamster/internal/cmdutil"
 	"github.com/teamster-fleet/teamster/internal/metrics"
 	"github.com/teamster-fleet/teamster/router"
@@ -22,6 +23,7 @@ func main() {
 		common        cmdutil.Common
 		runtimeConfig string
 		metricsAddr   string
+		replicas      int
 	)
 	cmd := &cobra.Command{
 		Use:   "router",
@@ -56,7 +58,8 @@ SIGINT or SIGTERM stops serving, finishes the requests in hand and exits 0.`,
 			}
 			defer rdb.Close()
 			reg := cmdutil.Registry()
-			r, err := router.New(router.Params{NATS: nc, Redis: rdb, Policy: policy, Logger: log, Metrics: metrics.NewRouter(reg)})
+			r, err := router.New(router.Params{NATS: nc, Redis: rdb, Policy: policy, Logger: log, Metrics: metrics.NewRouter(reg),
+				Streams: bus.StreamOptions{Replicas: replicas}})
 			if err != nil {
 				return err
 			}
@@ -79,6 +82,7 @@ SIGINT or SIGTERM stops serving, finishes the requests in hand and exits 0.`,
 	}
 	cmdutil.AddCommon(cmd.Flags(), &common)
 	cmdutil.AddMetricsAddr(cmd.Flags(), &metricsAddr)
+	cmdutil.AddReplicas(cmd.Flags(), &replicas)
 	cmd.Flags().StringVar(&runtimeConfig, "runtime-config", cmdutil.Env(cmdutil.EnvRuntimeConfig, ""),
 		"OpenClaw-format runtime policy JSON (env "+cmdutil.EnvRuntimeConfig+")")
 	if err := cmd.Execute(); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/teamster-fleet/teamster/bus"
 	"github.com/teamster-fleet/teamster/harness/scripted"
 	"github.com/teamster-fleet/teamster/internal/cmdutil"
 	"github.com/teamster-fleet/teamster/internal/metrics"
@@ -23,6 +24,7 @@ func main() {
 		configPath  string
 		ledgerPath  string
 		metricsAddr string
+		replicas    int
 	)
 	cmd := &cobra.Command{
 		Use:   "worker",
@@ -68,7 +70,8 @@ leaves the registry and exits 0. A second signal exits at once with 1.`,
 			}
 			defer rdb.Close()
 			reg := cmdutil.Registry()
-			w, err := worker.New(worker.Params{Config: cfg, NATS: nc, Redis: rdb, Logger: log, Env: env, Metrics: metrics.NewWorker(reg)})
+			w, err := worker.New(worker.Params{Config: cfg, NATS: nc, Redis: rdb, Logger: log, Env: env, Metrics: metrics.NewWorker(reg),
+				Streams: bus.StreamOptions{Replicas: replicas}})
 			if err != nil {
 				return err
 			}
@@ -113,6 +116,7 @@ leaves the registry and exits 0. A second signal exits at once with 1.`,
 	}
 	cmdutil.AddCommon(cmd.Flags(), &common)
 	cmdutil.AddMetricsAddr(cmd.Flags(), &metricsAddr)
+	cmdutil.AddReplicas(cmd.Flags(), &replicas)
 	cmd.Flags().StringVar(&configPath, "config", cmdutil.Env(cmdutil.EnvWorkerConfig, ""),
 		"worker config JSON file (env "+cmdutil.EnvWorkerConfig+")")
 	cmd.Flags().StringVar(&ledgerPath, "ledger", os.Getenv("TEAMSTER_LEDGER"),

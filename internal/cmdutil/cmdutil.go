@@ -29,6 +29,7 @@ const (
 	EnvMetricsAddr   = "TEAMSTER_METRICS_ADDR"
 	EnvRuntimeConfig = "TEAMSTER_RUNTIME_CONFIG"
 	EnvWorkerConfig  = "TEAMSTER_WORKER_CONFIG"
+	EnvReplicas      = "TEAMSTER_STREAM_REPLICAS"
 
 	DefaultNATSURL  = "nats://127.0.0.1:4222"
 	DefaultRedisURL = "redis://127.0.0.1:6379/0"
@@ -93,6 +94,15 @@ func (c *Common) ConnectNATS(name string, log logrus.FieldLogger) (*nats.Conn, e
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats reconnected to " + nc.ConnectedUrlRedacted()) }),
+		// Asynchronous errors (permission violations, slow consumers) go to
+		// the log, not to stderr as plain text.
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			l := log
+			if sub != nil {
+				l = l.WithField("subject", sub.Subject)
+			}
+			l.Error("nats: " + err.Error())
+		}),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w", redactURL(c.NATSURL), err)
@@ -139,6 +149,17 @@ func Registry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
+}
+
+// AddReplicas registers --stream-replicas (env TEAMSTER_STREAM_REPLICAS).
+func AddReplicas(fs *pflag.FlagSet, n *int) {
+	def := 1
+	if v := os.Getenv(EnvReplicas); v != "" {
+		if _, err := fmt.Sscan(v, &def); err != nil || def < 1 {
+			def = 1
+		}
+	}
+	fs.IntVar(n, "stream-replicas", def, "replicas of the JetStream streams and the registry bucket this process creates or updates; 3 in a three-node cluster (env "+EnvReplicas+")")
 }
 
 // AddMetricsAddr registers --metrics-addr (env TEAMSTER_METRICS_ADDR).
