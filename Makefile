@@ -16,7 +16,8 @@ GOTESTFLAGS ?=
 
 all: build
 
-## deps: install redis-server (apt-get, when missing) and download Go modules.
+## deps: install redis-server (apt-get, when missing), download Go modules,
+## and install the pinned Codex CLI (npm) into .tools/ for the codex harness.
 deps:
 	@if ! command -v redis-server >/dev/null 2>&1; then \
 		echo "deps: redis-server not found; installing it with apt-get"; \
@@ -25,7 +26,14 @@ deps:
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends redis-server >/dev/null; \
 	fi
 	@redis-server --version
+	@if ! command -v npm >/dev/null 2>&1; then \
+		echo "deps: npm not found; installing nodejs and npm with apt-get"; \
+		if [ "$$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi; \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null; \
+	fi
 	@$(GO) mod download
+	@sh harness/codex/install.sh
 
 ## build: build the binaries into ./bin.
 build:

@@ -7,7 +7,10 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/teamster-fleet/teamster/harness"
+	"github.com/teamster-fleet/teamster/harness/codex"
 	"github.com/teamster-fleet/teamster/harness/scripted"
 	"github.com/teamster-fleet/teamster/selection"
 )
@@ -19,6 +22,8 @@ type Factory func(m selection.Manifest, settings json.RawMessage, env FactoryEnv
 type FactoryEnv struct {
 	// Ledger, when set, receives the scripted harness's start/end records.
 	Ledger scripted.Ledger
+	// Logger is the worker's logger (set by the worker).
+	Logger logrus.FieldLogger
 }
 
 var implMu sync.Mutex
@@ -29,6 +34,10 @@ var implementations = map[string]Factory{
 			return nil, fmt.Errorf("scripted takes no settings")
 		}
 		return scripted.New(m, scripted.Options{Ledger: env.Ledger}), nil
+	},
+	// codex drives a Codex app-server process per worker (harness/codex).
+	"codex": func(m selection.Manifest, settings json.RawMessage, env FactoryEnv) (harness.Harness, error) {
+		return codex.Factory(m, settings, env.Logger)
 	},
 }
 

@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -135,6 +136,9 @@ func New(p Params) (*Worker, error) {
 	})
 	w.m.SlotsTotal.Set(float64(p.Config.Slots))
 	w.m.SetState(bus.WorkerStarting, allStates)
+	if p.Env.Logger == nil {
+		p.Env.Logger = log
+	}
 	for _, hc := range p.Config.Harnesses {
 		factory, ok := implementation(hc.Implementation)
 		if !ok {
@@ -376,12 +380,25 @@ func (w *Worker) drain(resume <-chan struct{}, ended chan struct{}) {
 // stop ends the worker after its runs have ended: stop renewing (every lease
 // was released by its finish), leave the registry, stop answering control.
 func (w *Worker) stop() {
+	w.closeHarnesses()
 	w.keep.Stop()
 	w.setState(bus.WorkerStopped)
 	w.registry.stop()
 	w.registry.remove(context.Background())
 	w.unsubscribeControl()
 	w.doneOnce.Do(func() { close(w.done) })
+}
+
+// closeHarnesses releases what harness implementations hold (a native
+// process, say) once no run uses them.
+func (w *Worker) closeHarnesses() {
+	for id, h := range w.harnesses {
+		if c, ok := h.impl.(io.Closer); ok {
+			if err := c.Close(); err != nil {
+				w.log.WithField("harness", id).Warn("closing the harness: " + err.Error())
+			}
+		}
+	}
 }
 
 func (w *Worker) cancelRuns(cause error) {
@@ -410,6 +427,7 @@ func (w *Worker) Kill() {
 	_ = w.rdb.Close()
 	w.keep.Stop()
 	w.cancelAll(errors.New("worker killed"))
+	w.closeHarnesses()
 	w.stopFetching()
 	w.doneOnce.Do(func() { close(w.done) })
 }

@@ -1,0 +1,7 @@
+//go:build unix && !linux
+
+package codex
+
+import "syscall"
+
+func setPdeathsig(*syscall.SysProcAttr) {}
