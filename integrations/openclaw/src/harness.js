@@ -1,0 +1,373 @@
+// The OpenClaw agent harness that runs each turn on a teamster fleet.
+//
+// One runAttempt: connect (fail closed, naming the NATS URL) → subscribe the
+// reply subject and the host-callback subjects → submit the prepared attempt
+// → install the active-run handle (V2 injection) → stream events into
+// OpenClaw → wait for the one terminal result (the event, or the durable
+// result) → mirror the reply into OpenClaw's transcript → map the result.
+// An abort in OpenClaw cancels the attempt on the fleet.
+
+import { buildAttempt, describeTools } from "./attempt.js";
+import { HostCallbacks } from "./host.js";
+import { Injector } from "./injection.js";
+import { failureResult, mapResult, replyText, assistantMessage } from "./result.js";
+import { decideSupport } from "./support.js";
+import {
+  SUBJECT_SUBMIT,
+  TeamsterError,
+  VERSION,
+  decode,
+  hostCallOf,
+  hostSubjects,
+  newAttemptId,
+  runCancelSubject,
+  submitDelegateSubject,
+  validateResult,
+} from "./wire.js";
+
+const sleep = (ms, signal) =>
+  new Promise((resolve) => {
+    const t = setTimeout(resolve, ms);
+    signal?.addEventListener("abort", () => {
+      clearTimeout(t);
+      resolve();
+    }, { once: true });
+  });
+
+/**
+ * createTeamsterHarness builds the harness object registerAgentHarness takes.
+ * deps: {cfg, fleet, runtime, logger}; runtime holds OpenClaw's SDK helpers
+ * (setActiveEmbeddedRun, clearActiveEmbeddedRun, appendTranscriptMessage),
+ * any of which may be absent (tests).
+ */
+export function createTeamsterHarness({ cfg, fleet, runtime = {}, logger }) {
+  const log = logger ?? { info() {}, warn() {}, debug() {} };
+  return {
+    id: cfg.harnessId,
+    label: "teamster fleet",
+    pluginId: "teamster",
+    supports(ctx) {
+      return decideSupport(cfg, ctx, fleet.registrySnapshot());
+    },
+    runAttempt(params) {
+      return new Turn({ cfg, fleet, runtime, log, params }).run();
+    },
+    async dispose() {
+      await fleet.close();
+    },
+  };
+}
+
+/** Turn is one runAttempt. */
+export class Turn {
+  constructor({ cfg, fleet, runtime, log, params, attemptId = newAttemptId() }) {
+    this.cfg = cfg;
+    this.fleet = fleet;
+    this.runtime = runtime;
+    this.log = log;
+    this.params = params;
+    this.attemptId = attemptId;
+    this.ctx = { harnessId: cfg.harnessId, api: params.model?.api, toolMetas: [], externalAbort: false };
+    this.subs = [];
+    this.seq = 0;
+    this.partial = "";
+    this.lastUsage = 0;
+    this.result = null;
+    this.resultWaiters = [];
+    this.ended = new AbortController();
+    this.abortReason = null;
+    this.abortWaiters = [];
+  }
+
+  async run() {
+    const p = this.params;
+    if (p.abortSignal?.aborted) {
+      return failureResult(p, new TeamsterError("cancelled", "teamster: the turn was aborted before it was submitted", "none"), { ...this.ctx, externalAbort: true });
+    }
+    let handle;
+    try {
+      await this.fleet.conn();
+      const replyTo = this.fleet.newInbox();
+      this.subs.push(await this.fleet.subscribe(replyTo, (m) => this.onEvent(m.data)));
+      const host = new HostCallbacks({
+        params: p,
+        tools: () => this.toolSurface(),
+        toolsAllow: p.disableTools === true ? [] : p.toolsAllow,
+        signal: this.ended.signal,
+        onToolMeta: (meta) => this.ctx.toolMetas.push(meta),
+      });
+      this.subs.push(
+        await this.fleet.subscribe(hostSubjects(this.cfg.hostId, this.attemptId), async (m) => {
+          m.respond(await host.handle(hostCallOf(m.subject), m.data));
+        }),
+      );
+      const tools = this.cfg.advertiseTools && p.disableTools !== true ? describeTools(await this.toolSurface()) : [];
+      const attempt = buildAttempt(p, this.cfg, { attemptId: this.attemptId, replyTo, hostId: this.cfg.hostId, tools });
+      this.injector = new Injector({ fleet: this.fleet, attemptId: this.attemptId, onAbort: (r) => this.abort(r) });
+      const onAbort = () => this.abort("user_abort");
+      p.abortSignal?.addEventListener("abort", onAbort, { once: true });
+      this.ended.signal.addEventListener("abort", () => p.abortSignal?.removeEventListener("abort", onAbort), { once: true });
+
+      const subject = this.cfg.delegatePluginId ? submitDelegateSubject(this.cfg.delegatePluginId) : SUBJECT_SUBMIT;
+      const reply = await this.fleet.request(subject, attempt);
+      if (reply.status === "fallback") {
+        throw new TeamsterError(
+          "harness_unsupported_route",
+          `teamster: the fleet at ${this.fleet.natsUrl} selected OpenClaw's embedded runtime for ${attempt.provider}/${attempt.modelId} (${reply.selection?.selectedReason ?? "fallback"}); this plugin never runs a turn elsewhere`,
+          "none",
+        );
+      }
+      if (reply.status !== "accepted") {
+        const err = TeamsterError.from(reply.error, "the fleet rejected the attempt");
+        throw new TeamsterError(err.code, `teamster: the fleet at ${this.fleet.natsUrl} rejected the turn: ${err.code}: ${err.message}`, "none");
+      }
+      this.emitAgent("teamster", { phase: "accepted", attemptId: this.attemptId, harnessId: reply.harnessId, selection: reply.selection?.selectedReason });
+      this.log.info?.(`teamster: attempt ${this.attemptId} accepted for ${reply.harnessId} (session ${p.sessionKey})`);
+
+      if (this.runtime.setActiveEmbeddedRun && p.sessionId) {
+        handle = this.injector.handle({ runId: p.runId, startedAtMs: p.startedAtMs ?? Date.now(), toolAuthorityFingerprint: p.toolAuthorityFingerprint });
+        try {
+          this.runtime.setActiveEmbeddedRun(p.sessionId, handle, p.sessionKey, p.sessionFile, p.agentId);
+        } catch (err) {
+          this.log.warn?.(`teamster: could not install the active-run handle: ${err?.message ?? err}`);
+          handle = undefined;
+        }
+      }
+      if (p.abortSignal?.aborted) this.abort("user_abort");
+
+      const r = await this.waitResult(attempt);
+      this.log.info?.(`teamster: attempt ${this.attemptId} ended ${r.status}${r.error ? ` ${r.error.code}` : ""} (session ${p.sessionKey})`);
+      const out = mapResult(p, r, this.ctx);
+      if (r.status === "ok") await this.mirror(out, r);
+      return out;
+    } catch (err) {
+      const e = err instanceof TeamsterError ? err : new TeamsterError("internal", `teamster: the fleet at ${this.fleet.natsUrl}: ${err?.message ?? err}`);
+      this.log.warn?.(`teamster: turn failed before a fleet result: ${e.message}`);
+      return failureResult(p, e, this.ctx);
+    } finally {
+      this.injector?.end();
+      this.ended.abort();
+      if (handle && this.runtime.clearActiveEmbeddedRun) {
+        try {
+          this.runtime.clearActiveEmbeddedRun(p.sessionId, handle, p.sessionKey, p.sessionFile, "teamster-turn-ended");
+        } catch {}
+      }
+      for (const s of this.subs) {
+        try {
+          s.unsubscribe();
+        } catch {}
+      }
+      if (p.oneShotCliRun === true || p.cleanupBundleMcpOnRunEnd === true) {
+        await this.fleet.release?.().catch(() => {});
+      }
+    }
+  }
+
+  /** OpenClaw's tool surface for this turn, created once, lazily. */
+  toolSurface() {
+    if (!this._tools) {
+      this._tools = (async () => {
+        const caps = this.params.hostCapabilities;
+        if (typeof caps?.createToolSurface !== "function") return [];
+        const p = this.params;
+        try {
+          return caps.createToolSurface({
+            agentId: p.agentId,
+            sessionKey: p.sessionKey,
+            workspaceDir: p.workspaceDir,
+            agentDir: p.agentDir,
+            sandbox: p.sandbox,
+            abortSignal: this.ended.signal,
+            modelProvider: p.provider,
+            modelId: p.modelId,
+            modelApi: p.model?.api,
+            trigger: p.trigger,
+          }, p.cwd ? { cwd: p.cwd } : undefined) ?? [];
+        } catch (err) {
+          this.log.warn?.(`teamster: OpenClaw's tool surface is unavailable for this turn: ${err?.message ?? err}`);
+          return [];
+        }
+      })();
+    }
+    return this._tools;
+  }
+
+  emitAgent(stream, data) {
+    try {
+      const r = this.params.onAgentEvent?.({ stream, data, sessionKey: this.params.sessionKey });
+      if (r && typeof r.catch === "function") r.catch(() => {});
+    } catch {}
+  }
+
+  /** onEvent handles one event on the reply subject. */
+  onEvent(bytes) {
+    let e;
+    try {
+      e = decode(bytes);
+    } catch {
+      return;
+    }
+    if (e.attemptId !== this.attemptId || this.result) return;
+    if (typeof e.seq === "number" && e.seq <= this.seq && e.type !== "result") return;
+    if (typeof e.seq === "number") this.seq = Math.max(this.seq, e.seq);
+    const d = e.data ?? {};
+    const p = this.params;
+    try {
+      switch (e.type) {
+        case "claimed":
+          this.emitAgent("teamster", { phase: "claimed", attemptId: this.attemptId, workerId: d.workerId, harnessId: d.harnessId, fence: d.fence });
+          this.log.info?.(`teamster: attempt ${this.attemptId} claimed by ${d.workerId} (session ${p.sessionKey}, fence ${d.fence})`);
+          break;
+        case "partial":
+          if (typeof d.text === "string") {
+            this.partial = this.partial ? `${this.partial}\n\n${d.text}` : d.text;
+            const r = p.onPartialReply?.({ text: this.partial, delta: d.text });
+            if (r && typeof r.catch === "function") r.catch(() => {});
+            this.emitAgent("assistant", { text: this.partial, delta: d.text });
+          }
+          break;
+        case "agent":
+          if (d.kind === "reasoning") {
+            const r = p.onReasoningStream?.({ text: d.text, isReasoning: true });
+            if (r && typeof r.catch === "function") r.catch(() => {});
+            this.emitAgent("thinking", { text: d.text });
+          } else {
+            this.emitAgent(d.kind === "plan" ? "plan" : "item", { kind: d.kind, text: d.text });
+          }
+          break;
+        case "tool":
+          this.emitAgent("tool", { phase: "result", name: d.name, toolCallId: d.callId, args: d.args, isError: d.outcome === "failure" });
+          break;
+        case "usage": {
+          const total = Number(d.outputTokens);
+          if (Number.isFinite(total) && total > this.lastUsage) {
+            const delta = total - this.lastUsage;
+            this.lastUsage = total;
+            try {
+              p.hostCapabilities?.reportOutputTokens?.(delta);
+            } catch {}
+          }
+          break;
+        }
+        case "injection":
+          this.injector?.onEvent(d);
+          this.emitAgent("teamster", { phase: "injection", injectionId: d.injectionId, state: d.state, code: d.code });
+          break;
+        case "result":
+          this.setResult(validateResult({ ...d }));
+          break;
+      }
+    } catch (err) {
+      this.log.debug?.(`teamster: event ${e.type} of ${this.attemptId}: ${err?.message ?? err}`);
+    }
+  }
+
+  setResult(r) {
+    if (this.result || r.attemptId !== this.attemptId) return;
+    this.result = r;
+    for (const w of this.resultWaiters.splice(0)) w(r);
+  }
+
+  /** abort cancels the attempt on the fleet (OpenClaw aborted the turn). */
+  abort(reason) {
+    if (this.abortReason) return;
+    this.abortReason = reason || "user_abort";
+    this.ctx.externalAbort = true;
+    for (const w of this.abortWaiters.splice(0)) w();
+    if (this.injector) this.injector.aborted = true;
+    this.cancelLoop().catch(() => {});
+  }
+
+  /**
+   * cancelLoop asks the worker running the attempt to cancel it. A queued
+   * attempt has no worker yet (no_active_run): ask again until it is claimed
+   * or has a result.
+   */
+  async cancelLoop() {
+    const body = { v: VERSION, reason: `openclaw: ${this.abortReason}` };
+    const until = Date.now() + this.cfg.queueTimeoutMs + Math.max(this.cfg.settlementTimeoutMs, 5000);
+    while (!this.result && !this.ended.signal.aborted && Date.now() < until) {
+      try {
+        const rep = await this.fleet.request(runCancelSubject(this.attemptId), body, Math.min(this.cfg.requestTimeoutMs, 5000));
+        if (rep.status === "ok" || rep.status === "accepted") return;
+        if (rep.error?.code !== "no_active_run") return;
+      } catch (err) {
+        if (!(err instanceof TeamsterError)) return;
+      }
+      await sleep(250, this.ended.signal);
+    }
+  }
+
+  /**
+   * waitResult waits for the attempt's one terminal result: the result event,
+   * or the durable result (checked every resultPollMs, so a lost event cannot
+   * lose it). After an abort it waits the settlement budget for the fleet's
+   * cancelled result, then reports the abort itself.
+   */
+  async waitResult(attempt) {
+    const deadline = Date.now() + attempt.queueTimeoutMs + attempt.timeoutMs + attempt.settlementTimeoutMs + 30000;
+    let abortedAt = null;
+    const graceMs = Math.max(this.cfg.settlementTimeoutMs, 5000);
+    while (!this.result) {
+      if (this.abortReason && abortedAt === null) abortedAt = Date.now();
+      const now = Date.now();
+      if (abortedAt !== null && now - abortedAt > graceMs) {
+        return {
+          v: VERSION, attemptId: this.attemptId, status: "cancelled", assistantTexts: [], usage: { outputTokens: this.lastUsage },
+          error: { code: "cancelled", message: `the turn was aborted in OpenClaw; the fleet did not confirm the cancel within ${graceMs} ms`, sideEffects: "possible" },
+        };
+      }
+      if (now > deadline) {
+        throw new TeamsterError("internal", `teamster: no result for attempt ${this.attemptId} from ${this.fleet.natsUrl} by its deadline`, "possible");
+      }
+      const wait = Math.min(this.cfg.resultPollMs, deadline - now, abortedAt !== null ? graceMs : Infinity);
+      const got = await new Promise((resolve) => {
+        const t = setTimeout(() => resolve(null), Math.max(1, wait));
+        this.resultWaiters.push((r) => {
+          clearTimeout(t);
+          resolve(r);
+        });
+        if (!this.abortReason) {
+          this.abortWaiters.push(() => {
+            clearTimeout(t);
+            resolve(null);
+          });
+        }
+      });
+      if (got || this.result) break;
+      try {
+        const durable = await this.fleet.getResult(this.attemptId);
+        if (durable) this.setResult(durable);
+      } catch (err) {
+        this.log.debug?.(`teamster: durable result of ${this.attemptId}: ${err?.message ?? err}`);
+      }
+    }
+    return this.result;
+  }
+
+  /** mirror writes the fleet's reply into OpenClaw's transcript. */
+  async mirror(out, r) {
+    const append = this.runtime.appendTranscriptMessage;
+    const text = replyText(r.assistantTexts);
+    if (!append || !text) return;
+    const p = this.params;
+    const key = `teamster:${this.attemptId}`;
+    try {
+      const message = out.lastAssistant ?? assistantMessage(text, { provider: p.provider, modelId: p.modelId, api: this.ctx.api });
+      const res = await append({
+        agentId: p.agentId,
+        sessionKey: p.sessionKey,
+        sessionId: p.sessionId,
+        config: p.config,
+        message,
+        idempotencyKey: key,
+      });
+      if (res && (res.appended === true || res.ok === true || res.messageId)) {
+        out.assistantTranscriptOwned = true;
+        out.assistantTranscriptIdempotencyKey = key;
+      }
+    } catch (err) {
+      this.log.warn?.(`teamster: could not mirror the reply of ${this.attemptId} into the transcript: ${err?.message ?? err}`);
+    }
+  }
+}
