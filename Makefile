@@ -56,9 +56,13 @@ test: deps lint
 demo: deps build
 	./$(BIN)/teamster dev --demo --nats-port 0
 
-## bench: benchmarks of the hot functions, with allocation counts.
+## bench: teamster against the physical floor of its own hops (a table on
+## stdout and bench/results.json), then the hot-function benchmarks with
+## allocation counts. BENCHFLAGS passes flags to the bench program (-help).
+BENCHFLAGS ?=
 bench: deps
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+	$(GO) run ./bench -out bench/results.json $(BENCHFLAGS)
+	$(GO) test -run '^$$' -bench . -benchmem ./bus ./leases ./selection
 
 ## fuzz: run every fuzz target for FUZZTIME each (default 30s).
 FUZZTIME ?= 30s

@@ -1,0 +1,216 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// rtCounter is a go-redis hook that counts round trips: a single command is
+// one, a pipeline is one however many commands it carries. It also counts
+// round trips by kind, naming each script call by the key layout it was given
+// (which identifies teamster's scripts: accept, claim, finish, ...), so the
+// report can say what the code really does per attempt.
+type rtCounter struct {
+	trips atomic.Int64 // round trips
+	cmds  atomic.Int64 // commands, including those inside pipelines
+	wait  atomic.Int64 // nanoseconds callers spent in round trips (pool wait included)
+	kinds sync.Map     // kind -> *atomic.Int64
+
+	// While record is set, each round trip's duration is kept by kind.
+	record  atomic.Bool
+	mu      sync.Mutex
+	samples map[string]latencies
+}
+
+func (c *rtCounter) reset() {
+	c.trips.Store(0)
+	c.cmds.Store(0)
+	c.wait.Store(0)
+	c.kinds.Range(func(k, _ any) bool { c.kinds.Delete(k); return true })
+	c.mu.Lock()
+	c.samples = nil
+	c.mu.Unlock()
+}
+
+// p50s lists the recorded round trips' p50 by kind, most frequent first.
+func (c *rtCounter) p50s() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	kinds := make([]string, 0, len(c.samples))
+	for k := range c.samples {
+		kinds = append(kinds, k)
+	}
+	slices.SortFunc(kinds, func(a, b string) int {
+		if d := len(c.samples[b]) - len(c.samples[a]); d != 0 {
+			return d
+		}
+		return strings.Compare(a, b)
+	})
+	parts := make([]string, 0, len(kinds))
+	for _, k := range kinds {
+		parts = append(parts, fmt.Sprintf("%s %s", k, c.samples[k].pct(50).Round(time.Microsecond)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (c *rtCounter) add(kind string, cmds int) {
+	c.trips.Add(1)
+	c.cmds.Add(int64(cmds))
+	v, ok := c.kinds.Load(kind)
+	if !ok {
+		v, _ = c.kinds.LoadOrStore(kind, new(atomic.Int64))
+	}
+	v.(*atomic.Int64).Add(1)
+}
+
+// timed runs a round trip of kind and adds its duration to wait.
+func (c *rtCounter) timed(kind string, f func() error) error {
+	t0 := time.Now()
+	err := f()
+	d := time.Since(t0)
+	c.wait.Add(int64(d))
+	if c.record.Load() {
+		c.mu.Lock()
+		if c.samples == nil {
+			c.samples = map[string]latencies{}
+		}
+		c.samples[kind] = append(c.samples[kind], d)
+		c.mu.Unlock()
+	}
+	return err
+}
+
+// breakdown lists round trips by kind divided by per, most frequent first.
+func (c *rtCounter) breakdown(per float64) string {
+	type kv struct {
+		k string
+		n int64
+	}
+	var all []kv
+	c.kinds.Range(func(k, v any) bool {
+		all = append(all, kv{k.(string), v.(*atomic.Int64).Load()})
+		return true
+	})
+	slices.SortFunc(all, func(a, b kv) int {
+		if a.n != b.n {
+			return int(b.n - a.n)
+		}
+		return strings.Compare(a.k, b.k)
+	})
+	parts := make([]string, 0, len(all))
+	for _, e := range all {
+		parts = append(parts, fmt.Sprintf("%s %.2f", e.k, float64(e.n)/per))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (c *rtCounter) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) { return next(ctx, network, addr) }
+}
+
+func (c *rtCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if connSetup(cmd) {
+			return next(ctx, cmd)
+		}
+		kind := cmdKind(cmd)
+		c.add(kind, 1)
+		return c.timed(kind, func() error { return next(ctx, cmd) })
+	}
+}
+
+func (c *rtCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) > 0 && connSetup(cmds[0]) {
+			return next(ctx, cmds)
+		}
+		seen := map[string]bool{}
+		var kinds []string
+		for _, cmd := range cmds {
+			k := cmdKind(cmd)
+			if !seen[k] {
+				seen[k] = true
+				kinds = append(kinds, k)
+			}
+		}
+		kind := "pipeline[" + strings.Join(kinds, "+") + "]"
+		c.add(kind, len(cmds))
+		return c.timed(kind, func() error { return next(ctx, cmds) })
+	}
+}
+
+// connSetup tells the commands go-redis sends when it dials a pooled
+// connection (HELLO, CLIENT SETINFO, ...): they belong to the pool, not to the
+// operation being counted.
+func connSetup(cmd redis.Cmder) bool {
+	switch cmd.Name() {
+	case "hello", "client", "auth", "select":
+		return true
+	}
+	return false
+}
+
+// scriptByKeys names teamster's scripts (leases/scripts.go) by the kinds of
+// the keys they are called with. (unaccept shares accept's layout; it runs
+// only when a publish fails, which the report would show as errors.)
+var scriptByKeys = map[string]string{
+	"attempt,order":               "accept",
+	"order,attempt,lease,fence":   "claim",
+	"lease,attempt":               "renew",
+	"order,attempt,lease,session": "finish",
+	"order,attempt,lease":         "abandon",
+	"attempt":                     "markPublished",
+	"lease":                       "release",
+	"lease,session":               "writeSession",
+	"fence":                       "epoch",
+}
+
+// cmdKind is the command's name, or for a script call the script's name.
+func cmdKind(cmd redis.Cmder) string {
+	name := strings.ToLower(cmd.Name())
+	if name != "evalsha" && name != "eval" {
+		return name
+	}
+	args := cmd.Args()
+	if len(args) < 3 {
+		return name
+	}
+	n := 0
+	switch v := args[2].(type) {
+	case int:
+		n = v
+	case int64:
+		n = int(v)
+	}
+	kinds := make([]string, 0, n)
+	for i := 0; i < n && 3+i < len(args); i++ {
+		k, _ := args[3+i].(string)
+		kinds = append(kinds, keyKind(k))
+	}
+	sig := strings.Join(kinds, ",")
+	if s, ok := scriptByKeys[sig]; ok {
+		return s
+	}
+	return "script(" + sig + ")"
+}
+
+// keyKind is the kind of a teamster key: teamster:{s}:attempt:<id> is
+// "attempt", teamster:{s}:lease is "lease".
+func keyKind(k string) string {
+	if i := strings.Index(k, "}:"); i >= 0 {
+		k = k[i+2:]
+		if j := strings.IndexByte(k, ':'); j >= 0 {
+			k = k[:j]
+		}
+		return k
+	}
+	return k
+}

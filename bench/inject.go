@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/teamster-fleet/teamster"
+	"github.com/teamster-fleet/teamster/bus"
+	"github.com/teamster-fleet/teamster/harness"
+	"github.com/teamster-fleet/teamster/injection"
+	"github.com/teamster-fleet/teamster/selection"
+	"github.com/teamster-fleet/teamster/worker"
+)
+
+// probeImpl is the bench-only harness implementation: its run installs a V2
+// injection handle that timestamps every queue call, then waits until its
+// context ends. Worker configs name it as "implementation": "probe".
+const probeImpl = "probe"
+
+// probeHit is one queue call as the harness saw it.
+type probeHit struct {
+	text string
+	at   time.Time
+}
+
+// probes connects the probe harness's runs to the bench (same process, same
+// clock).
+var probes = struct {
+	running chan string   // attempt ids of runs that installed their handle
+	queued  chan probeHit // queue calls
+}{running: make(chan string, 16), queued: make(chan probeHit, 4096)}
+
+func init() {
+	worker.RegisterImplementation(probeImpl, func(m selection.Manifest, _ json.RawMessage, _ worker.FactoryEnv) (harness.Harness, error) {
+		return &probeHarness{m: m}, nil
+	})
+}
+
+type probeHarness struct{ m selection.Manifest }
+
+func (p *probeHarness) Manifest() selection.Manifest { return p.m }
+
+func (p *probeHarness) Supports(a *bus.Attempt) (bool, string) {
+	return harness.SupportsManifest(p.m, a)
+}
+
+func (p *probeHarness) RunAttempt(ctx context.Context, run *harness.Run) (*harness.Outcome, error) {
+	run.SetInjector(probeHandle{})
+	select {
+	case probes.running <- run.Attempt.AttemptID:
+	default:
+	}
+	<-ctx.Done()
+	var te *teamster.Error
+	if errors.As(context.Cause(ctx), &te) {
+		return nil, te
+	}
+	return nil, teamster.Errorf(teamster.CodeCancelled, "probe: cancelled")
+}
+
+// probeHandle is the probe run's V2 handle. It records the time of the call
+// first, then behaves as a harness must: assertion immediately before the
+// queue mutation, admission, one settlement.
+type probeHandle struct{}
+
+func (probeHandle) QueueMessage(text string, opts injection.QueueOptions, assert injection.AssertFunc, _ injection.Kind) error {
+	at := time.Now()
+	select {
+	case probes.queued <- probeHit{text: text, at: at}:
+	default:
+	}
+	if !assert() {
+		if opts.OnQueueSettled != nil {
+			opts.OnQueueSettled(injection.Rejected)
+		}
+		return teamster.Errorf(teamster.CodeLeaseLost, "probe: assertion false")
+	}
+	if opts.OnQueueAccepted != nil {
+		opts.OnQueueAccepted(true)
+	}
+	if opts.OnQueueSettled != nil {
+		opts.OnQueueSettled(injection.Committed)
+	}
+	return nil
+}
+
+// measureInject starts one probe turn and sends it n injects (after warm) by
+// attempt id, then n by session key, sequentially; each latency is from just
+// before client.Inject to the harness's queue call.
+func measureInject(ctx context.Context, f *fleet, n, warm int) ([]Row, error) {
+	progress("inject: %d injects by attemptId and %d by sessionKey into one running probe turn", n, n)
+	session := "bench:inject"
+	h, err := f.client.Submit(ctx, pinnedAttempt(session, probeHarnessID, "probe"))
+	if err != nil {
+		return nil, fmt.Errorf("inject: submit the probe turn: %w", err)
+	}
+	defer h.Close()
+	go func() {
+		for range h.Events() { // injection events; the handle's buffer is 1,024
+		}
+	}()
+	select {
+	case id := <-probes.running:
+		if id != h.AttemptID() {
+			return nil, fmt.Errorf("inject: probe run %s started, want %s", id, h.AttemptID())
+		}
+	case <-time.After(15 * time.Second):
+		return nil, errors.New("inject: the probe turn did not start")
+	}
+
+	send := func(byAttempt bool) (latencies, latencies, error) {
+		var toQueue, toReply latencies
+		for i := 0; i < warm+n; i++ {
+			req := bus.InjectRequest{Text: fmt.Sprintf("probe-%v-%d", byAttempt, i), AuthorityKind: bus.AuthorityRun}
+			if byAttempt {
+				req.AttemptID = h.AttemptID()
+			} else {
+				req.SessionKey = session
+			}
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			t0 := time.Now()
+			rep, err := f.client.Inject(rctx, req)
+			tReply := time.Since(t0)
+			cancel()
+			if err != nil {
+				return nil, nil, fmt.Errorf("inject %d: %w", i, err)
+			}
+			if rep.Status != bus.StatusAccepted {
+				return nil, nil, fmt.Errorf("inject %d: %s", i, rep.Status)
+			}
+			var hit probeHit
+			select {
+			case hit = <-probes.queued:
+			case <-time.After(5 * time.Second):
+				return nil, nil, fmt.Errorf("inject %d: the harness saw no queue call", i)
+			}
+			if hit.text != req.Text {
+				return nil, nil, fmt.Errorf("inject %d: the harness saw %q, want %q", i, hit.text, req.Text)
+			}
+			if i >= warm {
+				toQueue = append(toQueue, hit.at.Sub(t0))
+				toReply = append(toReply, tReply)
+			}
+		}
+		return toQueue, toReply, nil
+	}
+	byID, byIDReply, err := send(true)
+	if err != nil {
+		return nil, err
+	}
+	byKey, byKeyReply, err := send(false)
+	if err != nil {
+		return nil, err
+	}
+
+	if err := f.client.Cancel(ctx, h.AttemptID(), "bench done"); err != nil {
+		return nil, fmt.Errorf("inject: cancel the probe turn: %w", err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	res, err := h.Result(rctx)
+	if err != nil {
+		return nil, fmt.Errorf("inject: result of the probe turn: %w", err)
+	}
+	if res.Status != teamster.StatusCancelled {
+		return nil, fmt.Errorf("inject: the probe turn ended %s, want cancelled", res.Status)
+	}
+	return []Row{
+		Row{Scenario: "inject: request → harness queue call, by attemptId",
+			Note: fmt.Sprintf("client → router → teamster.run.<id>.inject → V2 QueueMessage; reply round trip p50 %s",
+				byIDReply.pct(50).Round(time.Microsecond))}.withLatency(byID),
+		Row{Scenario: "inject: request → harness queue call, by sessionKey",
+			Note: fmt.Sprintf("as above plus the router's lease lookup in Redis; reply round trip p50 %s",
+				byKeyReply.pct(50).Round(time.Microsecond))}.withLatency(byKey),
+	}, nil
+}

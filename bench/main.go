@@ -1,0 +1,266 @@
+// Command bench measures teamster against the physical floor of its own hops,
+// in one run (`make bench`; the issue "Performance: measured against the
+// physical floor").
+//
+// It starts a private redis-server and an embedded NATS server with
+// JetStream, a router and two workers in this process (the wiring of
+// internal/fleettest, without testing.T), drives them with the scripted
+// harness's no-op (echo) turn, and measures:
+//
+//   - the floor of this machine: JetStream publish-with-ack, pull-and-ack of
+//     one message, one Redis script round trip, one core NATS request-reply;
+//   - teamster: submit→result latency with one attempt in flight, and its
+//     ratio to the sum of the floor hops the flow is made of; throughput with
+//     1, 64 and 1,024 sessions in flight, checking exactly one result each;
+//   - lease renewal with 10,000 leases in one leases.Keeper: round trips and
+//     CPU per renewal interval;
+//   - memory of the real worker binary (a child process): idle, and with
+//     10,000 sleeping turns in flight;
+//   - inject latency: request to the harness's queue call, by attempt id and
+//     by session key (a bench-only "probe" harness timestamps the call).
+//
+// It prints one table to stdout, progress to stderr, and writes the same rows
+// as JSON (default bench/results.json). Every figure is measured in the run;
+// the acceptance goals of the issue are checked next to them. The exit code
+// is 0 when every scenario ran, whether or not the goals passed (see
+// -fail-on-goal).
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	_ "net/http/pprof" // -debug-addr
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+func main() {
+	var (
+		out        = flag.String("out", "bench/results.json", "write the results as JSON to this file")
+		cpuprofile = flag.String("cpuprofile", "", "write a CPU profile of the last throughput window (1,024 sessions by default) to this file")
+		latProfile = flag.String("latency-cpuprofile", "", "write a CPU profile of the sequential latency pass to this file")
+		window     = flag.Duration("window", 10*time.Second, "throughput window per session count")
+		warm       = flag.Duration("warm", 2*time.Second, "warm-up before each throughput window")
+		latencyN   = flag.Int("latency-n", 2000, "sequential turns for the latency figures (after 200 warm-up)")
+		floorN     = flag.Int("floor-n", 2000, "iterations per floor hop (after 200 warm-up)")
+		injectN    = flag.Int("inject-n", 1000, "injects per addressing mode (after 50 warm-up)")
+		leasesN    = flag.Int("leases", 10000, "leases held for the renewal figures")
+		renewN     = flag.Int("renew-rounds", 30, "RenewNow rounds the renewal CPU is averaged over")
+		memTurns   = flag.Int("mem-turns", 10000, "sleeping turns for the memory figures")
+		sessions   = flag.String("sessions", "1,64,1024", "session counts of the throughput runs")
+		slots      = flag.Int("slots", 64, "slots of each of the two measured workers (worker default: 64)")
+		workerBin  = flag.String("worker-bin", "", "worker binary for the memory scenario; default: go build ./cmd/worker")
+		only       = flag.String("only", "", "run only these scenarios (comma-separated: renew,floor,latency,throughput,inject,memory)")
+		failOnGoal = flag.Bool("fail-on-goal", false, "exit 1 when a goal fails")
+		debugAddr  = flag.String("debug-addr", "", "serve net/http/pprof on this address while running, e.g. 127.0.0.1:6060")
+	)
+	flag.Parse()
+	if *debugAddr != "" {
+		go func() { fatal(http.ListenAndServe(*debugAddr, nil)) }()
+	}
+	want := func(s string) bool { return *only == "" || strings.Contains(","+*only+",", ","+s+",") }
+	counts, err := parseCounts(*sessions)
+	if err != nil {
+		fatal(err)
+	}
+
+	started := time.Now()
+	ctx := context.Background()
+	var rows []Row
+	dir, err := os.MkdirTemp("", "teamster-bench-")
+	if err != nil {
+		fatal(err)
+	}
+	defer os.RemoveAll(dir)
+
+	progress("starting redis-server")
+	srv, err := startRedis(dir)
+	if err != nil {
+		fatal(err)
+	}
+	defer srv.close()
+	env := environment(ctx, srv)
+
+	if want("renew") {
+		r, err := measureRenewal(ctx, srv, *leasesN, *renewN)
+		if err != nil {
+			fatalClose(srv, err)
+		}
+		rows = append(rows, r...)
+	}
+
+	progress("starting the embedded NATS server")
+	if err := srv.startNATS(); err != nil {
+		fatalClose(srv, err)
+	}
+	var fl *floor
+	if want("floor") || want("latency") {
+		var r []Row
+		fl, r, err = measureFloor(ctx, srv, *floorN, 200)
+		if err != nil {
+			fatalClose(srv, err)
+		}
+		rows = append(rows, r...)
+	}
+
+	progress("starting the fleet: router, 2 workers (%d slots each), probe worker", *slots)
+	f, err := startFleet(ctx, srv, 2, *slots)
+	if err != nil {
+		fatalClose(srv, err)
+	}
+	if want("latency") {
+		r, err := measureLatency(ctx, f, fl, *latencyN, 200, *latProfile)
+		if err != nil {
+			fatalFleet(f, srv, err)
+		}
+		rows = append(rows, r...)
+	}
+	if want("throughput") {
+		for i, n := range counts {
+			profile := ""
+			if n == counts[len(counts)-1] {
+				profile = *cpuprofile
+			}
+			tr, err := measureThroughput(ctx, f, i, n, *warm, *window, profile)
+			if err != nil {
+				fatalFleet(f, srv, err)
+			}
+			rows = append(rows, tr.row())
+		}
+	}
+	if want("inject") {
+		r, err := measureInject(ctx, f, *injectN, 50)
+		if err != nil {
+			fatalFleet(f, srv, err)
+		}
+		rows = append(rows, r...)
+	}
+	if want("memory") {
+		r, err := measureMemory(ctx, f, *memTurns, *workerBin)
+		if err != nil {
+			fatalFleet(f, srv, err)
+		}
+		rows = append(rows, r...)
+	}
+	progress("stopping the fleet")
+	f.close()
+	srv.close()
+	env["loadavg-end"] = loadAvg()
+	if busy := machineBusy(); busy != "" {
+		progress("WARNING: %s; the figures are polluted by other processes", busy)
+		env["warning"] = busy
+	}
+
+	printTable(os.Stdout, rows)
+	res := Results{Started: started, Duration: time.Since(started).Round(time.Millisecond).String(), Env: env, Rows: rows, Failed: failedGoals(rows)}
+	if err := writeJSON(*out, res); err != nil {
+		fatal(err)
+	}
+	progress("done in %s; wrote %s; goals failed: %d (%s)", res.Duration, *out, len(res.Failed), strings.Join(res.Failed, "; "))
+	if *failOnGoal && len(res.Failed) > 0 {
+		os.Exit(1)
+	}
+}
+
+func parseCounts(s string) ([]int, error) {
+	var out []int
+	for _, p := range strings.Split(s, ",") {
+		var n int
+		if _, err := fmt.Sscanf(strings.TrimSpace(p), "%d", &n); err != nil || n < 1 {
+			return nil, fmt.Errorf("-sessions: %q is not a positive count", p)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// environment describes the machine and servers the figures come from.
+func environment(ctx context.Context, srv *servers) map[string]string {
+	env := map[string]string{
+		"go":          runtime.Version(),
+		"goos/goarch": runtime.GOOS + "/" + runtime.GOARCH,
+		"cpus":        fmt.Sprint(runtime.NumCPU()),
+		"gomaxprocs":  fmt.Sprint(runtime.GOMAXPROCS(0)),
+		"nats-server": server.VERSION + " (embedded, file store in a temp dir)",
+		"cpu":         cpuModel(),
+		"loadavg":     loadAvg(),
+	}
+	if rdb, err := newRedis(srv.redisURL(), nil); err == nil {
+		if info, err := rdb.Info(ctx, "server").Result(); err == nil {
+			for _, line := range strings.Split(info, "\n") {
+				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+					env["redis-server"] = v
+				}
+			}
+		}
+		rdb.Close()
+	}
+	return env
+}
+
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return "unknown"
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
+}
+
+// loadAvg is /proc/loadavg's 1, 5 and 15 minute load averages.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// machineBusy says so when the 5-minute load average was above the number of
+// CPUs during the run: other processes competed for the cores.
+func machineBusy() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	var l1, l5 float64
+	if _, err := fmt.Sscanf(string(b), "%f %f", &l1, &l5); err != nil {
+		return ""
+	}
+	if l5 > float64(runtime.NumCPU()) {
+		return fmt.Sprintf("5-minute load average %.1f on %d CPUs", l5, runtime.NumCPU())
+	}
+	return ""
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "bench:", err)
+	os.Exit(1)
+}
+
+func fatalClose(srv *servers, err error) {
+	srv.close()
+	fatal(err)
+}
+
+func fatalFleet(f *fleet, srv *servers, err error) {
+	f.close()
+	fatalClose(srv, err)
+}
