@@ -15,6 +15,10 @@ const (
 
 // Bounds of request fields.
 const (
+	// MaxGeneration is the largest source generation: 2^53-1, the largest
+	// integer a JSON number carries exactly in every language (and Redis's
+	// Lua).
+	MaxGeneration = 1<<53 - 1
 	MaxDebounceMs = 60_000
 	maxTextLen    = MaxBody
 )
@@ -65,8 +69,8 @@ func (r *InjectRequest) Validate() error {
 		if err := CheckID("source.id", r.Source.ID); err != nil {
 			return err
 		}
-		if r.Source.Generation < 1 {
-			return invalid("field source.generation is %d; generations count from 1", r.Source.Generation)
+		if err := checkRange("source.generation", r.Source.Generation, 1, MaxGeneration); err != nil {
+			return err
 		}
 	case "":
 		return invalid("field authorityKind is required")
@@ -126,8 +130,8 @@ func (g *SourceGrant) Validate() error {
 	if err := CheckID("id", g.ID); err != nil {
 		return err
 	}
-	if g.Generation < 1 {
-		return invalid("field generation is %d; generations count from 1", g.Generation)
+	if err := checkRange("generation", g.Generation, 1, MaxGeneration); err != nil {
+		return err
 	}
 	return nil
 }

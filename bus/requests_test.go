@@ -85,7 +85,8 @@ func TestDecodeSourceGrant(t *testing.T) {
 	g := minSourceGrant
 	cases := []decodeCase{
 		validAs("generation 1", g, &bus.SourceGrant{V: 1, ID: "src-1", Generation: 1}),
-		valid("large generation", g.with("generation", int64(1)<<53)),
+		valid("largest generation, 2^53-1", g.with("generation", int64(1)<<53-1)),
+		invalidReq("generation 2^53, not exact in every reader", g.with("generation", int64(1)<<53)),
 		valid("id of 64 characters", g.with("id", idOfLen(64))),
 
 		invalidReq("id missing", g.without("id")),

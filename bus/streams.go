@@ -145,22 +145,27 @@ func EnsureHarnessConsumer(ctx context.Context, js jetstream.JetStream, harnessI
 // stored once. headers may carry extra headers (for example the delegate's
 // identity) and may be nil. It reports whether JetStream saw a duplicate.
 func PublishAttempt(ctx context.Context, js jetstream.JetStream, harnessID string, a *Attempt, headers nats.Header) (duplicate bool, err error) {
+	body, err := Encode(a)
+	if err != nil {
+		return false, err
+	}
+	return PublishAttemptBody(ctx, js, harnessID, a.AttemptID, body, headers)
+}
+
+// PublishAttemptBody is PublishAttempt for an attempt already encoded.
+func PublishAttemptBody(ctx context.Context, js jetstream.JetStream, harnessID, attemptID string, body []byte, headers nats.Header) (duplicate bool, err error) {
 	subj, err := AttemptSubject(harnessID)
 	if err != nil {
 		return false, err
 	}
-	if err := CheckID("attemptId", a.AttemptID); err != nil {
-		return false, err
-	}
-	body, err := Encode(a)
-	if err != nil {
+	if err := CheckID("attemptId", attemptID); err != nil {
 		return false, err
 	}
 	msg := &nats.Msg{Subject: subj, Data: body, Header: nats.Header{}}
 	for k, v := range headers {
 		msg.Header[k] = v
 	}
-	msg.Header.Set(HeaderMsgID, a.AttemptID)
+	msg.Header.Set(HeaderMsgID, attemptID)
 	ack, err := js.PublishMsg(ctx, msg, jetstream.WithExpectStream(StreamAttempts))
 	if err != nil {
 		return false, err

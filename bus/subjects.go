@@ -16,8 +16,23 @@ import (
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
 
 // ValidID reports whether s may be used as a harness, plugin, worker, host or
-// attempt id, that is, as one subject token.
-func ValidID(s string) bool { return idPattern.MatchString(s) }
+// attempt id, that is, as one subject token: it matches idPattern. (It is on
+// every hot path, so it does not run the regular expression.)
+func ValidID(s string) bool {
+	if len(s) == 0 || len(s) > 64 || !isAlnum(s[0]) {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if c := s[i]; !isAlnum(c) && c != '_' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+func isAlnum(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+}
 
 // CheckID returns an invalid_request error naming field when s is not a valid id.
 func CheckID(field, s string) error {

@@ -2,6 +2,7 @@ package bus_test
 
 import (
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -217,4 +218,26 @@ func TestNamesOfTheContract(t *testing.T) {
 			t.Errorf("got %q, want %q", tc.got, tc.want)
 		}
 	}
+}
+
+// ValidID's hand-written check agrees with the identifier pattern.
+func TestValidIDMatchesPattern(t *testing.T) {
+	cases := []string{"", "a", "A9", "a.b", "*", ">", "a b", "-a", "_a", "a-_b", "é", "aé",
+		strings.Repeat("a", 64), strings.Repeat("a", 65), "a\x00", "Z_z-9"}
+	for _, c := range cases {
+		if got, want := bus.ValidID(c), regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`).MatchString(c); got != want {
+			t.Errorf("ValidID(%q) = %v, pattern says %v", c, got, want)
+		}
+	}
+}
+
+func FuzzValidID(f *testing.F) {
+	f.Add("abc")
+	f.Add("a.b")
+	re := regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+	f.Fuzz(func(t *testing.T, s string) {
+		if bus.ValidID(s) != re.MatchString(s) {
+			t.Fatalf("ValidID(%q) disagrees with the pattern", s)
+		}
+	})
 }

@@ -175,6 +175,9 @@ type ClaimResult struct {
 	// Accepted and ClaimedAt are the attempt's acceptance and claim times
 	// (Redis's clock) when Claimed: the queue wait is their difference.
 	Accepted, ClaimedAt time.Time
+	// Session is the session's record as the claim read it, under the new
+	// lease; nil when the session has none.
+	Session *SessionRecord
 }
 
 // Claim runs the claim script for attemptID of sessionKey and, when it is
@@ -184,7 +187,7 @@ func (k *Keeper) Claim(ctx context.Context, sessionKey, attemptID string) (*Leas
 	keys := keysFor(sessionKey)
 	sentAt := k.clock.Now()
 	res, err := claimScript.Run(ctx, k.store.rdb,
-		[]string{keys.order(), keys.attempt(attemptID), keys.lease(), keys.fence()},
+		[]string{keys.order(), keys.attempt(attemptID), keys.lease(), keys.fence(), keys.session()},
 		attemptID, k.holder, k.ttl.Milliseconds(), newEpoch(), SeqReservation, keys.prefix(), FinishedTTL.Milliseconds(),
 	).StringSlice()
 	if err != nil {
@@ -220,7 +223,15 @@ func (k *Keeper) Claim(ctx context.Context, sessionKey, attemptID string) (*Leas
 	if ms, err := strconv.ParseInt(res[3], 10, 64); err == nil {
 		cr.Accepted = time.UnixMilli(ms)
 	}
-	l := &Lease{k: k, keys: keys, sessionKey: sessionKey, attemptID: attemptID, fence: res[1], done: make(chan struct{})}
+	if fields := res[4:]; len(fields) >= 2 {
+		m := make(map[string]string, len(fields)/2)
+		for i := 0; i+1 < len(fields); i += 2 {
+			m[fields[i]] = fields[i+1]
+		}
+		cr.Session = sessionFromMap(m)
+	}
+	l := &Lease{k: k, keys: keys, sessionKey: sessionKey, attemptID: attemptID, fence: res[1], done: make(chan struct{}),
+		leaseKey: keys.lease(), attemptKey: keys.attempt(attemptID)}
 	l.lastOK.Store(sentAt.UnixNano())
 	l.seqRes.Store(SeqReservation)
 	l.timer = k.clock.AfterFunc(k.ttl-k.margin, l.selfFence)
@@ -291,8 +302,8 @@ func (k *Keeper) renewPipeline(ctx context.Context, leases []*Lease) ([]*redis.C
 	_, err := k.store.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, l := range leases {
 			reserved[i] = l.reservation()
-			cmds[i] = renewScript.EvalSha(ctx, p, []string{l.keys.lease(), l.keys.attempt(l.attemptID)}, l.fence, ttlMs, reserved[i])
-			members[i] = redis.Z{Score: expiry, Member: indexMember(l.keys.tag, l.attemptID)}
+			cmds[i] = renewScript.EvalSha(ctx, p, l.renewKeys(), l.fence, ttlMs, reserved[i])
+			members[i] = redis.Z{Score: expiry, Member: l.indexMember()}
 		}
 		p.ZAddXX(ctx, ReaperIndexKey, members...)
 		return nil

@@ -25,6 +25,8 @@ type Lease struct {
 	sessionKey string
 	attemptID  string
 	fence      string
+	// Key names built once: the renewal round uses them for every lease.
+	leaseKey, attemptKey string
 
 	lastOK  atomic.Int64 // clock UnixNano of the send time of the last successful renewal
 	seqSent atomic.Int64 // highest event seq the holder has sent
@@ -35,6 +37,10 @@ type Lease struct {
 	done  chan struct{}
 	timer clockwork.Timer
 }
+
+func (l *Lease) renewKeys() []string { return []string{l.leaseKey, l.attemptKey} }
+
+func (l *Lease) indexMember() string { return indexMember(l.keys.tag, l.attemptID) }
 
 // SessionKey is the session the lease is held for.
 func (l *Lease) SessionKey() string { return l.sessionKey }

@@ -215,8 +215,8 @@ func TestRenewingManyLeasesIsOneRoundTrip(t *testing.T) {
 	const n = 200
 	for i := 0; i < n; i++ {
 		session := fmt.Sprintf("sess-%d", i)
-		accept(t, s, session, "a1", time.Minute)
-		mustClaim(t, k, session, "a1")
+		accept(t, s, session, session+"-a1", time.Minute)
+		mustClaim(t, k, session, session+"-a1")
 	}
 	counter.reset()
 	k.RenewNow(ctx)

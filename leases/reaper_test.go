@@ -60,9 +60,9 @@ func TestConcurrentReapersSettleOnce(t *testing.T) {
 	s := newStore(t)
 	const n = 200
 	for i := 0; i < n; i++ {
-		accept(t, s, fmt.Sprintf("s%d", i), "a", 10*time.Millisecond)
+		accept(t, s, fmt.Sprintf("s%d", i), fmt.Sprintf("a%d", i), 10*time.Millisecond)
 	}
-	waitPast(t, s, "s0", "a")
+	waitPast(t, s, "s0", "a0")
 	time.Sleep(20 * time.Millisecond)
 	var mu sync.Mutex
 	published := map[string]int{}
@@ -107,7 +107,7 @@ func TestConcurrentReapersSettleOnce(t *testing.T) {
 		t.Fatalf("%d attempts reaped, want %d", len(published), n)
 	}
 	for i := 0; i < n; i++ {
-		a, _ := s.Attempt(ctx, fmt.Sprintf("s%d", i), "a")
+		a, _ := s.Attempt(ctx, fmt.Sprintf("s%d", i), fmt.Sprintf("a%d", i))
 		if a.Outcome != string(teamster.CodeQueueTimeout) || !a.Published {
 			t.Fatalf("attempt %d: %+v", i, a)
 		}

@@ -93,6 +93,7 @@ return 1
 // KEYS[2] teamster:{s}:attempt:<attemptId>
 // KEYS[3] teamster:{s}:lease
 // KEYS[4] teamster:{s}:fence
+// KEYS[5] teamster:{s}:session
 // ARGV[1] attemptId
 // ARGV[2] holder (worker id)
 // ARGV[3] lease TTL (ms)
@@ -100,8 +101,10 @@ return 1
 // ARGV[5] the first reservation of event seq numbers
 // ARGV[6] the session prefix teamster:{s}: (for the records of earlier entries)
 // ARGV[7] TTL (ms) of a record once finished
-// Returns {"claimed", fence, now, acceptedAt}, {"busy", blocker}, {"done", state},
-// {"expired"} (the queue deadline passed: queue_timeout recorded) or {"missing"}.
+// Returns {"claimed", fence, now, acceptedAt, field, value, ...} with the
+// session record's fields read under the new lease, {"busy", blocker},
+// {"done", state}, {"expired"} (the queue deadline passed: queue_timeout
+// recorded) or {"missing"}.
 var claimScript = redis.NewScript(prelude + `
 local now = now_ms()
 local st = redis.call('HMGET', KEYS[2], 'state', 'deadline', 'accepted')
@@ -141,7 +144,9 @@ local fence = epoch .. ':' .. redis.call('HINCRBY', KEYS[4], 'n', 1)
 redis.call('HSET', KEYS[3], 'holder', ARGV[2], 'attempt', ARGV[1], 'fence', fence)
 redis.call('PEXPIRE', KEYS[3], ARGV[3])
 redis.call('HSET', KEYS[2], 'state', 'claimed', 'worker', ARGV[2], 'fence', fence, 'claimed', now, 'seqmax', ARGV[5])
-return {'claimed', fence, tostring(now), st[3] or tostring(now)}
+local out = {'claimed', fence, tostring(now), st[3] or tostring(now)}
+for _, v in ipairs(redis.call('HGETALL', KEYS[5])) do out[#out + 1] = v end
+return out
 `)
 
 // renewScript extends a held lease and raises the attempt's event seq
@@ -330,7 +335,7 @@ return {'publish', f[1] or '', f[2] or '', f[3] or '', f[4] or '', f[5] or '', f
 // current generation.
 //
 // KEYS[1] teamster:source:{<id>}
-// ARGV[1] generation (>= 1)
+// ARGV[1] generation, 1..2^53-1 (exact as a Lua number; stored as given)
 // Returns {"ok", generation} or {"stale", the generation it must exceed or reach}.
 var grantScript = redis.NewScript(`
 local r = redis.call('HMGET', KEYS[1], 'generation', 'revoked')
@@ -339,17 +344,19 @@ local revoked = tonumber(r[2] or '0')
 if g <= revoked then return {'stale', tostring(revoked + 1)} end
 local cur = tonumber(r[1] or '0')
 if g < cur then return {'stale', tostring(cur)} end
-redis.call('HSET', KEYS[1], 'generation', g)
-return {'ok', tostring(g)}
+redis.call('HSET', KEYS[1], 'generation', ARGV[1])
+return {'ok', ARGV[1]}
 `)
 
 // revokeScript revokes a source authority: permanently, for every generation
 // up to the current one.
 //
 // KEYS[1] teamster:source:{<id>}
-// Returns the highest revoked generation (0 when none was ever granted).
+// Returns the highest revoked generation (0, writing nothing, when none was
+// ever granted).
 var revokeScript = redis.NewScript(`
 local r = redis.call('HMGET', KEYS[1], 'generation', 'revoked')
+if not r[1] and not r[2] then return 0 end
 local revoked = math.max(tonumber(r[1] or '0'), tonumber(r[2] or '0'))
 redis.call('HSET', KEYS[1], 'revoked', revoked)
 redis.call('HDEL', KEYS[1], 'generation')

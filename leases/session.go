@@ -88,6 +88,11 @@ func (s *Store) Session(ctx context.Context, sessionKey string) (*SessionRecord,
 	if len(m) == 0 {
 		return nil, ErrNotFound
 	}
+	return sessionFromMap(m), nil
+}
+
+// sessionFromMap reads a session record from its hash fields.
+func sessionFromMap(m map[string]string) *SessionRecord {
 	updated, _ := strconv.ParseInt(m["updated"], 10, 64)
 	return &SessionRecord{
 		SessionKey:           m[FieldSessionKey],
@@ -101,7 +106,7 @@ func (s *Store) Session(ctx context.Context, sessionKey string) (*SessionRecord,
 		Archived:             m[FieldArchived] == "1",
 		Fence:                m["fence"],
 		Updated:              time.UnixMilli(updated),
-	}, nil
+	}
 }
 
 // Delegation is what the delegated-execution check knows of the record; nil

@@ -11,6 +11,9 @@ import (
 // GrantSource grants source id the given generation. A generation at or below
 // a revoked one, or below the current one, is refused with invalid_request.
 func (s *Store) GrantSource(ctx context.Context, id string, generation int64) error {
+	if generation < 1 || generation > maxGeneration {
+		return teamster.Errorf(teamster.CodeInvalidRequest, "source %s: generation %d is outside 1..2^53-1", id, generation)
+	}
 	res, err := grantScript.Run(ctx, s.rdb, []string{sourceKey(id)}, generation).StringSlice()
 	if err != nil {
 		return fmt.Errorf("grant source: %w", err)
@@ -55,3 +58,6 @@ func parseInt(v any) int64 {
 	n, _ := strconv.ParseInt(s, 10, 64)
 	return n
 }
+
+// maxGeneration is the largest generation the scripts compare exactly.
+const maxGeneration = 1<<53 - 1

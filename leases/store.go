@@ -118,16 +118,52 @@ type Accepted struct {
 func (s *Store) Accept(ctx context.Context, a AcceptArgs) (Accepted, error) {
 	k := keysFor(a.SessionKey)
 	// The index score is a hint: the reaper decides from the record, on
-	// Redis's clock, and reschedules what is not yet due.
+	// Redis's clock, and reschedules what is not yet due. The index entry and
+	// the accept script go in one pipeline, in that order: one round trip,
+	// and Redis runs them in order.
 	due := time.Now().Add(a.QueueTimeout)
-	if err := s.rdb.ZAddNX(ctx, ReaperIndexKey, redis.Z{Score: float64(due.UnixMilli()), Member: indexMember(k.tag, a.AttemptID)}).Err(); err != nil {
-		return Accepted{}, fmt.Errorf("reaper index: %w", err)
-	}
+	member := redis.Z{Score: float64(due.UnixMilli()), Member: indexMember(k.tag, a.AttemptID)}
 	ttl := a.QueueTimeout + a.RunBudget + FinishedTTL
-	res, err := acceptScript.Run(ctx, s.rdb, []string{k.attempt(a.AttemptID), k.order()},
-		a.AttemptID, a.QueueTimeout.Milliseconds(), ttl.Milliseconds(),
-		"harness", a.HarnessID, "replyTo", a.ReplyTo, "reply", a.Reply,
-	).StringSlice()
+	keys := []string{k.attempt(a.AttemptID), k.order()}
+	args := []any{a.AttemptID, a.QueueTimeout.Milliseconds(), ttl.Milliseconds(),
+		"harness", a.HarnessID, "replyTo", a.ReplyTo, "reply", a.Reply}
+	// The id is claimed fleet-wide (its record is per session, but its
+	// de-duplication and its result subject are per id), in the same round
+	// trip; a conflict is undone below.
+	idKey := attemptIDKey(a.AttemptID)
+	var claimID *redis.BoolCmd
+	var accept *redis.Cmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		claimID = p.SetNX(ctx, idKey, k.tag, ttl)
+		p.ZAddNX(ctx, ReaperIndexKey, member)
+		accept = acceptScript.EvalSha(ctx, p, keys, args...)
+		return nil
+	})
+	if isNoScript(err) {
+		// Redis forgot the script (a restart): the index entry is in, run
+		// the script with its body.
+		accept = acceptScript.Run(ctx, s.rdb, keys, args...)
+		err = accept.Err()
+	}
+	if err != nil {
+		return Accepted{}, fmt.Errorf("accept: %w", err)
+	}
+	if !claimID.Val() {
+		owner, err := s.rdb.Get(ctx, idKey).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return Accepted{}, fmt.Errorf("accept: %w", err)
+		}
+		if owner != "" && owner != k.tag {
+			// Used under another session: withdraw what this call added.
+			if res, _ := accept.StringSlice(); len(res) > 0 && res[0] == "accepted" {
+				if _, err := s.Unaccept(ctx, a.SessionKey, a.AttemptID); err != nil {
+					return Accepted{}, fmt.Errorf("accept: withdraw a reused id: %w", err)
+				}
+			}
+			return Accepted{}, ErrAttemptIDTaken
+		}
+	}
+	res, err := accept.StringSlice()
 	if err != nil {
 		return Accepted{}, fmt.Errorf("accept: %w", err)
 	}
@@ -137,6 +173,15 @@ func (s *Store) Accept(ctx context.Context, a AcceptArgs) (Accepted, error) {
 	deadline, _ := strconv.ParseInt(res[3], 10, 64)
 	return Accepted{New: res[0] == "accepted", State: res[1], Reply: []byte(res[2]), Deadline: time.UnixMilli(deadline)}, nil
 }
+
+// ErrAttemptIDTaken says an attempt id is already used under another
+// session. Attempt ids are fleet-wide: JetStream de-duplicates by id and the
+// result subject is per id.
+var ErrAttemptIDTaken = teamster.Errorf(teamster.CodeInvalidRequest, "attemptId is already used under another session")
+
+// attemptIDKey is teamster:attemptid:{<id>}: which session an attempt id
+// belongs to, its own slot.
+func attemptIDKey(id string) string { return keyRoot + "attemptid:{" + id + "}" }
 
 // Unaccept removes an attempt whose publish failed, only while it is still
 // queued. It reports whether it removed it. The reaper drops the index entry.

@@ -52,6 +52,9 @@ type Router struct {
 	m       *metrics.Router
 	rdb     redis.UniversalClient
 	streams bus.StreamOptions
+	// debug says the logger logs at debug level: the selection record is
+	// only assembled into log fields then.
+	debug bool
 
 	registry *registryView
 	reaper   *reaper
@@ -84,6 +87,7 @@ func New(p Params) (*Router, error) {
 	}
 	r := &Router{nc: p.NATS, js: js, store: leases.NewStore(p.Redis), policy: p.Policy, m: p.Metrics, rdb: p.Redis, streams: p.Streams,
 		log: p.Logger.WithField("component", "router"), sem: make(chan struct{}, p.Concurrency)}
+	r.debug = debugEnabled(p.Logger)
 	r.reaper = newReaper(reaperParams{store: r.store, js: js, nc: p.NATS, interval: p.ReaperInterval, log: r.log, m: p.Metrics})
 	return r, nil
 }
@@ -171,3 +175,15 @@ func (r *Router) Ready(ctx context.Context) error {
 
 // Manifests returns the harness manifests live workers advertise now.
 func (r *Router) Manifests() []selection.Manifest { return r.registry.manifests() }
+
+// debugEnabled reports whether l logs at debug level (true when it cannot
+// tell).
+func debugEnabled(l logrus.FieldLogger) bool {
+	switch v := l.(type) {
+	case *logrus.Entry:
+		return v.Logger.IsLevelEnabled(logrus.DebugLevel)
+	case *logrus.Logger:
+		return v.IsLevelEnabled(logrus.DebugLevel)
+	}
+	return true
+}

@@ -57,7 +57,9 @@ func (r *Router) submit(m *nats.Msg, delegate string) {
 	d, err := selection.Select(r.policy, factsOf(a), r.registry.manifests())
 	rec := d.Record
 	rec.SessionKey = a.SessionKey
-	logSelection(log, &rec, err)
+	if r.debug {
+		logSelection(log, &rec, err)
+	}
 	if err != nil {
 		r.replySubmit(m, &bus.SubmitReply{V: bus.Version, Status: bus.StatusRejected, AttemptID: a.AttemptID, Selection: &rec, Error: teamster.AsError(err)})
 		return
@@ -65,6 +67,14 @@ func (r *Router) submit(m *nats.Msg, delegate string) {
 	if d.Embedded() {
 		// No worker hosts the embedded runtime: the gateway runs the turn.
 		r.replySubmit(m, &bus.SubmitReply{V: bus.Version, Status: bus.StatusFallback, AttemptID: a.AttemptID, HarnessID: d.HarnessID, Selection: &rec})
+		return
+	}
+	// The attempt the workers read is the normalised one (id, defaults),
+	// re-encoded; it must fit the readers' limit too.
+	attemptBody, err := bus.Encode(a)
+	if err != nil || len(attemptBody) > bus.MaxBody {
+		r.replySubmit(m, &bus.SubmitReply{V: bus.Version, Status: bus.StatusRejected, AttemptID: a.AttemptID,
+			Error: teamster.Errorf(teamster.CodePayloadTooLarge, "the attempt is over the %d byte limit once normalised (id and defaults added, re-encoded)", bus.MaxBody)})
 		return
 	}
 	accepted := &bus.SubmitReply{V: bus.Version, Status: bus.StatusAccepted, AttemptID: a.AttemptID, HarnessID: d.HarnessID, Selection: &rec}
@@ -79,6 +89,10 @@ func (r *Router) submit(m *nats.Msg, delegate string) {
 		SessionKey: a.SessionKey, AttemptID: a.AttemptID, HarnessID: d.HarnessID, ReplyTo: a.ReplyTo,
 		QueueTimeout: a.QueueTimeout(), RunBudget: a.Timeout() + a.SettlementTimeout(), Reply: replyBody,
 	})
+	if errors.Is(err, leases.ErrAttemptIDTaken) {
+		r.replySubmit(m, &bus.SubmitReply{V: bus.Version, Status: bus.StatusRejected, AttemptID: a.AttemptID, Error: teamster.AsError(err)})
+		return
+	}
 	if err != nil {
 		log.Error("submit failed: record the attempt: " + err.Error())
 		r.replySubmit(m, rejectedInternal(a.AttemptID, "the fleet could not record the attempt"))
@@ -89,7 +103,7 @@ func (r *Router) submit(m *nats.Msg, delegate string) {
 		// publish again: a no-op inside JetStream's duplicate window, and a
 		// first submit whose publish failed cannot strand this caller.
 		if acc.State == leases.StateAccepted {
-			if _, err := bus.PublishAttempt(ctx, r.js, d.HarnessID, a, r.headers(delegate)); err != nil {
+			if _, err := bus.PublishAttemptBody(ctx, r.js, d.HarnessID, a.AttemptID, attemptBody, r.headers(delegate)); err != nil {
 				log.Warn("resubmit: publish again failed: " + err.Error())
 			}
 		}
@@ -98,7 +112,7 @@ func (r *Router) submit(m *nats.Msg, delegate string) {
 		r.respond(m, acc.Reply)
 		return
 	}
-	if _, err := bus.PublishAttempt(ctx, r.js, d.HarnessID, a, r.headers(delegate)); err != nil {
+	if _, err := bus.PublishAttemptBody(ctx, r.js, d.HarnessID, a.AttemptID, attemptBody, r.headers(delegate)); err != nil {
 		log.Error("submit failed: publish: " + err.Error())
 		if ok, uerr := r.store.Unaccept(context.Background(), a.SessionKey, a.AttemptID); uerr != nil || !ok {
 			log.Warn("could not withdraw the unpublished attempt; the reaper will time it out")

@@ -189,6 +189,7 @@ func (w *Worker) handle(msg jetstream.Msg, harnessID string, h *hosted) {
 		_ = msg.Ack()
 		delegate := msg.Headers().Get(bus.HeaderDelegate)
 		r := w.newRun(a, harnessID, h, lease, delegate, log)
+		r.session = res.Session
 		started = true
 		go r.execute()
 	}

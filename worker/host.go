@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -50,7 +51,9 @@ func (r *run) publishEvent(seq int64, eventType string, data []byte) {
 	}
 }
 
-// subscribe serves the run's cancel and inject subjects while it runs.
+// subscribe serves the run's cancel and inject subjects while it runs. The
+// subscriptions deliver into the worker's one run-message channel (no
+// goroutine per subscription); dispatchRunMsgs routes them to the run.
 func (r *run) subscribe() error {
 	cancelSubj, err := bus.RunCancelSubject(r.attempt.AttemptID)
 	if err != nil {
@@ -60,14 +63,47 @@ func (r *run) subscribe() error {
 	if err != nil {
 		return err
 	}
-	for subj, h := range map[string]nats.MsgHandler{cancelSubj: r.onCancel, injectSubj: r.onInject} {
-		sub, err := r.w.nc.Subscribe(subj, h)
+	for _, subj := range []string{cancelSubj, injectSubj} {
+		sub, err := r.w.nc.ChanSubscribe(subj, r.w.runMsgs)
 		if err != nil {
 			return err
 		}
 		r.subs = append(r.subs, sub)
 	}
 	return nil
+}
+
+// dispatchRunMsgs routes the messages of every run's subjects to their run:
+// a cancel is handled at once, an inject in its own goroutine (it may wait
+// for the harness's handle and check a source in Redis).
+func (w *Worker) dispatchRunMsgs() {
+	for {
+		var m *nats.Msg
+		select {
+		case m = <-w.runMsgs:
+		case <-w.done:
+			return
+		}
+		rest, ok := strings.CutPrefix(m.Subject, "teamster.run.")
+		id, op, ok2 := strings.Cut(rest, ".")
+		if !ok || !ok2 {
+			continue
+		}
+		w.mu.Lock()
+		r := w.runs[id]
+		w.mu.Unlock()
+		switch {
+		case r == nil && op == "inject":
+			respond(m, &bus.InjectReply{V: bus.Version, Status: bus.StatusRejected, AttemptID: id,
+				Error: teamster.Errorf(teamster.CodeNoActiveRun, "attempt %s is not running here", id)})
+		case r == nil:
+			respond(m, bus.Rejected(teamster.Errorf(teamster.CodeNoActiveRun, "attempt %s is not running here", id)))
+		case op == "cancel":
+			r.onCancel(m)
+		case op == "inject":
+			go r.onInject(m)
+		}
+	}
 }
 
 func (r *run) unsubscribe() {
@@ -196,6 +232,9 @@ func (h *host) ReportUsage(ctx context.Context, responseID string, outputTokens 
 	if r.usage[responseID] {
 		r.mu.Unlock()
 		return nil
+	}
+	if r.usage == nil {
+		r.usage = map[string]bool{}
 	}
 	r.usage[responseID] = true
 	r.tokens += outputTokens

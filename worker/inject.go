@@ -180,6 +180,9 @@ func (r *run) assertion(kind injection.Kind, src *bus.SourceRef) func() bool {
 
 func (r *run) track(it *item) {
 	r.inj.mu.Lock()
+	if r.inj.items == nil {
+		r.inj.items = map[string]*item{}
+	}
 	r.inj.items[it.id] = it
 	r.inj.mu.Unlock()
 	if it.sourceID != "" {

@@ -42,13 +42,15 @@ type run struct {
 
 	subs []*nats.Subscription
 	inj  injections
+	// session is the session record the claim read under the lease.
+	session *leases.SessionRecord
 }
 
 func (w *Worker) newRun(a *bus.Attempt, harnessID string, h *hosted, l *leases.Lease, delegate string, log logrus.FieldLogger) *run {
 	ctx, cancel := context.WithCancelCause(w.runCtx)
 	r := &run{w: w, attempt: a, harnessID: harnessID, h: h, lease: l, delegate: delegate, started: time.Now(),
-		log: log.WithField("fence", l.Fence()), ctx: ctx, cancel: cancel, usage: map[string]bool{},
-		inj: injections{items: map[string]*item{}, ready: make(chan struct{})}}
+		log: log.WithField("fence", l.Fence()), ctx: ctx, cancel: cancel,
+		inj: injections{ready: make(chan struct{})}}
 	w.addRun(r)
 	return r
 }
@@ -59,14 +61,12 @@ func (r *run) execute() {
 	defer r.w.removeRun(r)
 	defer r.cancel(nil)
 
-	// A lost lease ends everything the run does, from here on.
-	go func() {
-		select {
-		case <-r.lease.Done():
-			r.cancel(teamster.AsError(r.lease.Err()))
-		case <-r.ctx.Done():
-		}
-	}()
+	// A lost lease ends everything the run does, from here on (the keeper's
+	// OnLost cancels the run; a loss before the run was registered is
+	// caught here).
+	if err := r.lease.Err(); err != nil {
+		r.cancel(teamster.AsError(err))
+	}
 	if err := r.subscribe(); err != nil {
 		r.log.Warn("run subjects not subscribed; cancel cannot reach this run: " + err.Error())
 	}
@@ -80,15 +80,8 @@ func (r *run) execute() {
 			"harness %s does not support the prepared route: %s", r.harnessID, why).WithSideEffects(teamster.SideEffectsNone)))
 		return
 	}
-	rec, err := r.w.store.Session(r.ctx, r.attempt.SessionKey)
-	if err != nil && !errors.Is(err, leases.ErrNotFound) {
-		e := teamster.Errorf(teamster.CodeInternal, "read the session record: %v", err)
-		if cause := context.Cause(r.ctx); cause != nil {
-			e = teamster.AsError(cause)
-		}
-		r.finish(r.errorResult(e.WithSideEffects(teamster.SideEffectsNone)))
-		return
-	}
+	// The claim read the session record under the new lease.
+	rec := r.session
 	// A delegate's attempt is checked again here, under the lease, against
 	// the record read under it: this check, not the router's, counts.
 	if r.delegate != "" {
@@ -300,7 +293,7 @@ func (r *run) finish(res *bus.Result) {
 		r.log.Warn("finish failed and the lease is no longer current: " + err.Error())
 		r.abandon(ctx, r.leaseLostResult("the worker could not record the outcome before its lease ran out: "+err.Error()))
 	case st == leases.Finished:
-		r.deliver(ctx, body)
+		r.deliver(ctx, body, res.Status)
 	case st == leases.FinishAlready:
 		r.log.Warn("the attempt already had an outcome (the fleet settled it first); this run's result is dropped")
 	default: // fenced or missing: the lease was lost before the commit
@@ -353,11 +346,11 @@ func (r *run) abandon(ctx context.Context, res *bus.Result) {
 	case err != nil:
 		r.log.Error("could not record the lost run's outcome; the reaper will settle it: " + err.Error())
 	case st == leases.Finished:
-		r.deliver(ctx, body)
+		r.deliver(ctx, body, res.Status)
 	case st == leases.FinishMissing:
 		// Redis lost the record: the durable stream alone decides.
 		r.log.Warn("no record of the attempt any more (Redis lost its data); publishing " + string(res.Error.Code) + " directly")
-		r.deliverUnrecorded(ctx, body)
+		r.deliverUnrecorded(ctx, body, res.Status)
 	default:
 		r.log.Info("the attempt already had an outcome; this run's " + string(res.Error.Code) + " is dropped")
 	}
@@ -366,21 +359,21 @@ func (r *run) abandon(ctx context.Context, res *bus.Result) {
 // deliver publishes a recorded outcome durably, marks it published and sends
 // it to the submitter. If the durable publish never succeeds the reaper
 // republishes it from the record.
-func (r *run) deliver(ctx context.Context, body []byte) {
+func (r *run) deliver(ctx context.Context, body []byte, status teamster.Status) {
 	if !r.publishDurable(ctx, body) {
 		return
 	}
 	if err := r.w.store.MarkPublished(ctx, r.attempt.SessionKey, r.attempt.AttemptID); err != nil {
 		r.log.Warn("result not marked published (the reaper will publish it again, harmlessly): " + err.Error())
 	}
-	r.sendResult(body)
+	r.sendResult(body, status)
 }
 
 // deliverUnrecorded publishes a result that has no record (Redis lost it):
 // the durable stream alone decides which result stands.
-func (r *run) deliverUnrecorded(ctx context.Context, body []byte) {
+func (r *run) deliverUnrecorded(ctx context.Context, body []byte, status teamster.Status) {
 	if r.publishDurable(ctx, body) {
-		r.sendResult(body)
+		r.sendResult(body, status)
 	}
 }
 
@@ -404,13 +397,9 @@ func (r *run) publishDurable(ctx context.Context, body []byte) bool {
 }
 
 // sendResult sends the result event, the last event of the run, and counts
-// the run as finished by this worker.
-func (r *run) sendResult(body []byte) {
-	var res struct {
-		Status string `json:"status"`
-	}
-	_ = json.Unmarshal(body, &res)
-	r.w.m.Finished.WithLabelValues(r.harnessID, res.Status).Inc()
+// the run as finished by this worker with status.
+func (r *run) sendResult(body []byte, status teamster.Status) {
+	r.w.m.Finished.WithLabelValues(r.harnessID, string(status)).Inc()
 	r.w.m.RunDuration.WithLabelValues(r.harnessID).Observe(time.Since(r.started).Seconds())
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -78,6 +78,8 @@ type Worker struct {
 	harnesses map[string]*hosted
 	slots     chan struct{}
 	sources   sourceLatches
+	// runMsgs receives every run's cancel and inject requests.
+	runMsgs chan *nats.Msg
 
 	mu        sync.Mutex
 	state     string
@@ -120,7 +122,7 @@ func New(p Params) (*Worker, error) {
 	w := &Worker{m: p.Metrics, streams: p.Streams,
 		cfg: p.Config, id: p.Config.WorkerID, nc: p.NATS, js: js, rdb: p.Redis,
 		store: leases.NewStore(p.Redis), log: log, ver: p.Version,
-		harnesses: map[string]*hosted{}, slots: make(chan struct{}, p.Config.Slots),
+		harnesses: map[string]*hosted{}, slots: make(chan struct{}, p.Config.Slots), runMsgs: make(chan *nats.Msg, 4096),
 		state: bus.WorkerStarting, runs: map[string]*run{},
 		done: make(chan struct{}),
 	}
@@ -132,7 +134,15 @@ func New(p Params) (*Worker, error) {
 				w.m.RenewFailed.Inc()
 			}
 		},
-		OnLost: func(*leases.Lease, error) { w.m.LeasesLost.Inc() },
+		OnLost: func(l *leases.Lease, err error) {
+			w.m.LeasesLost.Inc()
+			w.mu.Lock()
+			r := w.runs[l.AttemptID()]
+			w.mu.Unlock()
+			if r != nil {
+				r.cancel(teamster.AsError(err))
+			}
+		},
 	})
 	w.m.SlotsTotal.Set(float64(p.Config.Slots))
 	w.m.SetState(bus.WorkerStarting, allStates)
@@ -197,6 +207,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err := w.subscribeControl(); err != nil {
 		return err
 	}
+	go w.dispatchRunMsgs()
 	w.setState(bus.WorkerActive)
 	w.registry.start()
 	w.registry.kickNow() // advertise "active" now, not at the next heartbeat
