@@ -173,6 +173,18 @@ func (r *Router) Ready(ctx context.Context) error {
 	return nil
 }
 
+// LiveWorkers is the number of workers (active or draining) the router
+// counts as registered now.
+func (r *Router) LiveWorkers() int {
+	n := 0
+	for _, e := range r.registry.live() {
+		if e.Live() {
+			n++
+		}
+	}
+	return n
+}
+
 // Manifests returns the harness manifests live workers advertise now.
 func (r *Router) Manifests() []selection.Manifest { return r.registry.manifests() }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -44,6 +45,8 @@ type run struct {
 	inj  injections
 	// session is the session record the claim read under the lease.
 	session *leases.SessionRecord
+	// finishing is set by the first finish; a run finishes once.
+	finishing atomic.Bool
 }
 
 func (w *Worker) newRun(a *bus.Attempt, harnessID string, h *hosted, l *leases.Lease, delegate string, log logrus.FieldLogger) *run {
@@ -147,11 +150,13 @@ func (r *run) validateArtifact(exp bus.RuntimeArtifact) error {
 	return nil
 }
 
-// runHarness runs the harness under the attempt's deadline and the lease: a
-// lost lease, a cancel or a drain timeout cancels the run's context with that
-// cause. After the context ends, the harness has the attempt's settlement
-// budget to return; a harness that does not is abandoned (its goroutine is
-// logged as leaked) and the attempt ends with the cause.
+// runHarness runs the harness, in the run's own goroutine, under the
+// attempt's deadline and the lease: a lost lease, a cancel or a drain timeout
+// cancels the run's context with that cause. After the context ends, the
+// harness has the attempt's settlement budget to return; a harness that does
+// not is left behind: a watchdog ends the attempt with the cause (finish runs
+// once, whoever calls it first), and the slot stays taken until the harness
+// returns.
 func (r *run) runHarness(binding json.RawMessage) (*harness.Outcome, error) {
 	ctx, cancel := context.WithTimeoutCause(r.ctx, r.attempt.Timeout(),
 		teamster.Errorf(teamster.CodeDeadlineExceeded, "the attempt ran past its timeout of %s", r.attempt.Timeout()))
@@ -162,50 +167,53 @@ func (r *run) runHarness(binding json.RawMessage) (*harness.Outcome, error) {
 	// Items the harness left unsettled are settled cancelled before the
 	// result, so their sender hears of each.
 	defer r.settleLeftovers()
-	type ret struct {
-		out *harness.Outcome
-		err error
+
+	var wmu sync.Mutex
+	var watchdog *time.Timer
+	stopWatch := context.AfterFunc(ctx, func() {
+		wmu.Lock()
+		defer wmu.Unlock()
+		watchdog = time.AfterFunc(r.attempt.SettlementTimeout(), func() {
+			r.log.Error("the harness did not return within its settlement budget after cancellation; ending the attempt without it")
+			r.settleLeftovers()
+			r.finish(r.errorResult(teamster.AsError(context.Cause(ctx))))
+		})
+	})
+	out, err := r.callHarness(ctx, hr)
+	stopWatch()
+	wmu.Lock()
+	if watchdog != nil {
+		watchdog.Stop()
 	}
-	done := make(chan ret, 1)
-	go func() {
-		defer func() {
-			if p := recover(); p != nil {
-				done <- ret{err: teamster.Errorf(teamster.CodeHarnessFailed, "harness panicked: %v", p)}
-			}
-		}()
-		out, err := r.h.impl.RunAttempt(ctx, hr)
-		done <- ret{out, err}
-	}()
-	var res ret
-	select {
-	case res = <-done:
-	case <-ctx.Done():
-		settle := time.NewTimer(r.attempt.SettlementTimeout())
-		select {
-		case res = <-done:
-		case <-settle.C:
-			r.log.Error("the harness did not return within its settlement budget after cancellation; abandoning its goroutine")
-			res = ret{err: context.Cause(ctx)}
-		}
-		settle.Stop()
+	wmu.Unlock()
+
+	if err == nil && out == nil {
+		err = teamster.Errorf(teamster.CodeHarnessFailed, "harness returned neither an outcome nor an error")
 	}
-	if res.err == nil && res.out == nil {
-		res.err = teamster.Errorf(teamster.CodeHarnessFailed, "harness returned neither an outcome nor an error")
-	}
-	if res.err != nil && ctx.Err() != nil {
+	if err != nil && ctx.Err() != nil {
 		// The run was ended from outside: the cause, not whatever error the
 		// harness turned it into, is the outcome.
 		if cause := context.Cause(ctx); cause != nil {
-			res.err = cause
+			err = cause
 		}
 	}
-	if res.err != nil {
+	if err != nil {
 		var te *teamster.Error
-		if !errors.As(res.err, &te) {
-			res.err = teamster.Errorf(teamster.CodeHarnessFailed, "%v", res.err)
+		if !errors.As(err, &te) {
+			err = teamster.Errorf(teamster.CodeHarnessFailed, "%v", err)
 		}
 	}
-	return res.out, res.err
+	return out, err
+}
+
+// callHarness calls RunAttempt; a panic is harness_failed.
+func (r *run) callHarness(ctx context.Context, hr *harness.Run) (out *harness.Outcome, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			out, err = nil, teamster.Errorf(teamster.CodeHarnessFailed, "harness panicked: %v", p)
+		}
+	}()
+	return r.h.impl.RunAttempt(ctx, hr)
 }
 
 func (r *run) baseResult() *bus.Result {
@@ -254,7 +262,7 @@ func retryFor(ctx context.Context, maxElapsed time.Duration, op func() error) er
 // gone commits nothing: its outcome becomes lease_lost and is recorded only
 // if no other outcome was (Abandon).
 func (r *run) finish(res *bus.Result) {
-	if r.w.isKilled() {
+	if r.w.isKilled() || !r.finishing.CompareAndSwap(false, true) {
 		return
 	}
 	ctx := context.Background()

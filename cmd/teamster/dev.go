@@ -196,7 +196,7 @@ func startDev(ctx context.Context, log *logrus.Logger, o devOptions) (*devFleet,
 	}
 	// Let the router see every worker before anything is submitted.
 	deadline := time.Now().Add(10 * time.Second)
-	for len(f.router.Manifests()) < len(f.workers) && time.Now().Before(deadline) {
+	for f.router.LiveWorkers() < len(f.workers) && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return f, nil

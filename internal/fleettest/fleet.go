@@ -45,6 +45,9 @@ type Options struct {
 	// Metrics serves the router's and each worker's /metrics, /healthz and
 	// /readyz on loopback ports (MetricsURL).
 	Metrics bool
+	// WorkerConfig, when set, builds each worker's config instead of
+	// worker.DevConfig (LeaseTTL and DrainTimeout still apply).
+	WorkerConfig func(id string, slots int) *worker.Config
 }
 
 // Fleet is a running fleet.
@@ -142,6 +145,9 @@ func (f *Fleet) StartRouter() {
 func (f *Fleet) StartWorker(id string) *worker.Worker {
 	f.T.Helper()
 	cfg := worker.DevConfig(id, f.Opts.Slots)
+	if f.Opts.WorkerConfig != nil {
+		cfg = f.Opts.WorkerConfig(id, f.Opts.Slots)
+	}
 	cfg.LeaseTTLMs = f.Opts.LeaseTTL.Milliseconds()
 	cfg.DrainTimeoutMs = f.Opts.DrainTimeout.Milliseconds()
 	nc, err := nats.Connect(f.NATS.URL(), nats.Name(id), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
@@ -199,7 +205,7 @@ func (f *Fleet) WaitRegistered(n int) {
 	f.T.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if len(f.Router.Manifests()) >= 2*n {
+		if f.Router.LiveWorkers() >= n {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
