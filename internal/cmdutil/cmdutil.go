@@ -49,6 +49,12 @@ type Common struct {
 	RedisURL  string
 	LogLevel  string
 	LogFormat string
+	// NATS authentication and TLS beyond what the URL carries.
+	NATSCreds string
+	NATSCA    string
+	NATSCert  string
+	NATSKey   string
+	NATSNKey  string
 }
 
 // AddCommon registers --nats-url, --redis-url, --log-level and --log-format,
@@ -58,6 +64,36 @@ func AddCommon(fs *pflag.FlagSet, c *Common) {
 	fs.StringVar(&c.RedisURL, "redis-url", Env(EnvRedisURL, DefaultRedisURL), "Redis URL, redis:// or rediss:// (env "+EnvRedisURL+")")
 	fs.StringVar(&c.LogLevel, "log-level", Env(EnvLogLevel, "info"), "log level: debug, info, warn, error (env "+EnvLogLevel+")")
 	fs.StringVar(&c.LogFormat, "log-format", Env(EnvLogFormat, "text"), "log format: text or json (env "+EnvLogFormat+")")
+	fs.StringVar(&c.NATSCreds, "nats-creds", Env("TEAMSTER_NATS_CREDS", ""), "NATS credentials file (JWT and NKey seed; env TEAMSTER_NATS_CREDS)")
+	fs.StringVar(&c.NATSNKey, "nats-nkey", Env("TEAMSTER_NATS_NKEY", ""), "NATS NKey seed file (env TEAMSTER_NATS_NKEY)")
+	fs.StringVar(&c.NATSCA, "nats-tls-ca", Env("TEAMSTER_NATS_TLS_CA", ""), "CA certificate(s) to verify the NATS server (PEM; env TEAMSTER_NATS_TLS_CA)")
+	fs.StringVar(&c.NATSCert, "nats-tls-cert", Env("TEAMSTER_NATS_TLS_CERT", ""), "client certificate for NATS mutual TLS (PEM; env TEAMSTER_NATS_TLS_CERT)")
+	fs.StringVar(&c.NATSKey, "nats-tls-key", Env("TEAMSTER_NATS_TLS_KEY", ""), "client key for NATS mutual TLS (PEM; env TEAMSTER_NATS_TLS_KEY)")
+}
+
+// natsAuth turns the credentials and TLS settings into connect options.
+func (c *Common) natsAuth() ([]nats.Option, error) {
+	var opts []nats.Option
+	if c.NATSCreds != "" {
+		opts = append(opts, nats.UserCredentials(c.NATSCreds))
+	}
+	if c.NATSNKey != "" {
+		o, err := nats.NkeyOptionFromSeed(c.NATSNKey)
+		if err != nil {
+			return nil, fmt.Errorf("--nats-nkey: %w", err)
+		}
+		opts = append(opts, o)
+	}
+	if c.NATSCA != "" {
+		opts = append(opts, nats.RootCAs(c.NATSCA))
+	}
+	if (c.NATSCert == "") != (c.NATSKey == "") {
+		return nil, fmt.Errorf("--nats-tls-cert and --nats-tls-key go together")
+	}
+	if c.NATSCert != "" {
+		opts = append(opts, nats.ClientCert(c.NATSCert, c.NATSKey))
+	}
+	return opts, nil
 }
 
 // Logger builds the logger the settings ask for.
@@ -83,10 +119,14 @@ func (c *Common) Logger() (*logrus.Logger, error) {
 // ConnectNATS connects to NATS and keeps reconnecting forever, logging
 // disconnects and reconnects. The URL's credentials are never logged.
 func (c *Common) ConnectNATS(name string, log logrus.FieldLogger) (*nats.Conn, error) {
-	nc, err := nats.Connect(c.NATSURL,
+	auth, err := c.natsAuth()
+	if err != nil {
+		return nil, err
+	}
+	opts := append([]nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
+		nats.ReconnectWait(250 * time.Millisecond),
 		nats.RetryOnFailedConnect(false),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
@@ -103,7 +143,8 @@ func (c *Common) ConnectNATS(name string, log logrus.FieldLogger) (*nats.Conn, e
 			}
 			l.Error("nats: " + err.Error())
 		}),
-	)
+	}, auth...)
+	nc, err := nats.Connect(c.NATSURL, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w", redactURL(c.NATSURL), err)
 	}
