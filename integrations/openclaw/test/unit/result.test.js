@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { failureResult, mapResult } from "../../src/result.js";
 import { ERROR_CODES, TeamsterError, resultStatusFor, validateResult, newAttemptId, validId, encode } from "../../src/wire.js";
-import { params } from "../support/fakefleet.js";
+import { params } from "../support/params.js";
 
 const ctx = { harnessId: "teamster", api: "openai-completions", toolMetas: [], externalAbort: false, now: 1 };
 

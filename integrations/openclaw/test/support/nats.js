@@ -1,0 +1,314 @@
+// Real NATS for the unit tests. Every unit test that touches NATS talks to a
+// real nats-server (JetStream on) on a free loopback port, started for its
+// test file (useNatsServer) and stopped after it; the test plays teamster's
+// router and worker on the contract's real subjects with the real NATS client
+// (FleetPlay). Nothing stands in for NATS.
+//
+// The server binary: TEAMSTER_NATS_SERVER when it is set (scripts/test.sh
+// builds it once per run and sets it), else built here with
+// `go build github.com/nats-io/nats-server/v2` from the repository's Go module
+// (the version go.mod pins, from the module cache). Go missing, a failed build
+// or a server that does not start fail the tests with a message; nothing is
+// skipped.
+
+import { spawnSync } from "node:child_process";
+import { accessSync, constants, existsSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import { after, before } from "node:test";
+import { connect } from "@nats-io/transport-node";
+import { DiscardPolicy, StorageType, jetstream, jetstreamManager } from "@nats-io/jetstream";
+import { Kvm } from "@nats-io/kv";
+import { Fleet } from "../../src/fleet.js";
+import { resolveConfig } from "../../src/config.js";
+import { BUCKET_WORKERS, STREAM_RESULTS, VERSION, decode, encode, resultSubject } from "../../src/wire.js";
+import { Proc, freePort, repoRoot, tempDir } from "./env.js";
+
+const NATS_SERVER_MODULE = "github.com/nats-io/nats-server/v2";
+
+/** goCommand finds the Go toolchain: PATH first, then Go's default install folder. */
+function goCommand() {
+  const r = spawnSync("sh", ["-c", "command -v go"], { encoding: "utf8" });
+  if (r.status === 0 && r.stdout.trim()) return r.stdout.trim();
+  if (existsSync("/usr/local/go/bin/go")) return "/usr/local/go/bin/go";
+  return null;
+}
+
+let built = null;
+
+/**
+ * natsServerBinary returns the path of a nats-server binary: the one
+ * TEAMSTER_NATS_SERVER names, else one built (once per process) from the
+ * repository's Go module. Throws with what to do when neither works.
+ */
+export function natsServerBinary() {
+  const given = process.env.TEAMSTER_NATS_SERVER;
+  if (given) {
+    try {
+      accessSync(given, constants.X_OK);
+    } catch {
+      throw new Error(`unit tests need a real nats-server: TEAMSTER_NATS_SERVER=${given} is not an executable file`);
+    }
+    return given;
+  }
+  if (built) return built;
+  const go = goCommand();
+  if (!go) {
+    throw new Error(
+      "unit tests need a real nats-server, built from the repository's Go module, and Go is not installed: " +
+        "install Go 1.26 (on PATH, or in /usr/local/go), or set TEAMSTER_NATS_SERVER to a nats-server binary",
+    );
+  }
+  const dir = tempDir("teamster-unit-nats-bin-");
+  const out = join(dir, "nats-server");
+  const t0 = Date.now();
+  const r = spawnSync(go, ["build", "-o", out, NATS_SERVER_MODULE], { cwd: repoRoot, encoding: "utf8", timeout: 600000 });
+  if (r.status !== 0) {
+    rmSync(dir, { recursive: true, force: true });
+    throw new Error(
+      `unit tests need a real nats-server: \`go build -o ${out} ${NATS_SERVER_MODULE}\` in ${repoRoot} failed ` +
+        `(${r.error?.message ?? `exit ${r.status}`}):\n${r.stderr ?? ""}`,
+    );
+  }
+  process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+  built = out;
+  process.stderr.write(`# nats-server built in ${Date.now() - t0} ms\n`);
+  return out;
+}
+
+/**
+ * startNatsServer starts nats-server with JetStream on a free loopback port
+ * and returns {url, port, stop()}; it throws, with the server's output, when
+ * the server does not start.
+ */
+export async function startNatsServer() {
+  const bin = natsServerBinary();
+  let lastOutput = "";
+  for (let i = 0; i < 3; i++) {
+    const port = await freePort();
+    const store = tempDir("teamster-unit-nats-");
+    const p = new Proc(bin, ["-js", "-sd", store, "-a", "127.0.0.1", "-p", String(port)]);
+    // A test process that dies without its after hook must not leave the
+    // server behind.
+    const kill = () => {
+      try {
+        process.kill(-p.pid, "SIGKILL");
+      } catch {}
+    };
+    process.on("exit", kill);
+    const stop = async () => {
+      await p.stop("SIGTERM", 5000);
+      process.off("exit", kill);
+      rmSync(store, { recursive: true, force: true });
+    };
+    try {
+      await p.waitFor(/Server is ready/, 15000, `nats-server on 127.0.0.1:${port}`);
+      return { url: `nats://127.0.0.1:${port}`, port, stop };
+    } catch (err) {
+      const exit = p.child.exitCode !== null || p.child.signalCode !== null ? `it exited (${p.child.signalCode ?? `code ${p.child.exitCode}`}) with output:\n${p.out.slice(-4000)}` : err.message;
+      lastOutput = exit;
+      await stop();
+      // Another process took the port between freePort and the bind: try another.
+      if (!/address already in use/i.test(p.out)) break;
+    }
+  }
+  throw new Error(`unit tests need a real nats-server and ${bin} did not start: ${lastOutput}`);
+}
+
+/**
+ * useNatsServer starts a real nats-server before the file's tests and stops
+ * it after them. The returned object gets url once the server is up.
+ */
+export function useNatsServer() {
+  const server = { url: null, stop: null };
+  before(async () => {
+    Object.assign(server, await startNatsServer());
+  });
+  after(async () => {
+    await server.stop?.();
+  });
+  return server;
+}
+
+/**
+ * pluginFleet is the plugin's own Fleet (the product code) on the test's
+ * server, closed after the test. raw: plugin config on top of the defaults.
+ */
+export function pluginFleet(t, server, raw = {}, opts = {}) {
+  const cfg = resolveConfig({ natsUrl: server.url, hostId: "h1", ...raw });
+  const fleet = new Fleet({ cfg, ...opts });
+  t.after(() => fleet.close());
+  return fleet;
+}
+
+/** flushFleet waits until everything the plugin's connection sent reached the server. */
+export async function flushFleet(fleet) {
+  await (await fleet.conn()).flush();
+}
+
+/** until polls cond until it holds, failing after timeoutMs. */
+export async function until(cond, what, timeoutMs = 5000) {
+  const end = Date.now() + timeoutMs;
+  while (!(await cond())) {
+    if (Date.now() > end) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+/**
+ * FleetPlay plays teamster's router and worker on real subjects, over its own
+ * connection to the test's nats-server: it serves teamster.submit (queue group
+ * "routers") and teamster.run.<id>.cancel / .inject, publishes events to an
+ * attempt's replyTo, calls the gateway's host callbacks, writes the registry
+ * (KV TEAMSTER_WORKERS) and stores durable results (TEAMSTER_RESULTS).
+ * Every request it receives is kept in requests ({subject, body}).
+ */
+export class FleetPlay {
+  /** connect opens a FleetPlay on server, closed after the test t. */
+  static async connect(t, server) {
+    const nc = await connect({ servers: server.url, name: "unit-fleet-play" });
+    const play = new FleetPlay(nc);
+    t.after(() => play.close());
+    return play;
+  }
+
+  constructor(nc) {
+    this.nc = nc;
+    this.requests = [];
+    this.attempts = [];
+    this.subs = [];
+  }
+
+  /**
+   * serve answers requests on subject: handler(body, {subject, respond,
+   * play}) returns the reply (sent for it), or calls respond(reply) itself
+   * (to publish events after the reply), or returns undefined: no reply.
+   */
+  async serve(subject, handler, { queue } = {}) {
+    const sub = this.nc.subscribe(subject, {
+      queue,
+      callback: (err, m) => {
+        if (err) return;
+        let body;
+        try {
+          body = decode(m.data);
+        } catch {
+          return;
+        }
+        this.requests.push({ subject: m.subject, body });
+        let replied = false;
+        const respond = (obj) => {
+          if (replied || !m.reply) return;
+          replied = true;
+          m.respond(encode(obj));
+        };
+        Promise.resolve()
+          .then(() => handler(body, { subject: m.subject, respond, play: this }))
+          .then((rep) => {
+            if (rep !== undefined) respond(rep);
+          })
+          .catch((e) => respond({ v: VERSION, status: "rejected", error: { code: "internal", message: String(e?.message ?? e) } }));
+      },
+    });
+    this.subs.push(sub);
+    await this.nc.flush();
+    return sub;
+  }
+
+  /**
+   * router serves teamster.submit in queue group "routers". The default
+   * accepts the attempt for harness codex and then, as the worker that
+   * claims it, publishes the claimed event to its replyTo.
+   */
+  router(onSubmit) {
+    return this.serve(
+      "teamster.submit",
+      (body, ctx) => {
+        this.attempts.push(body);
+        if (onSubmit) return onSubmit(body, ctx);
+        ctx.respond({ v: VERSION, status: "accepted", attemptId: body.attemptId, harnessId: "codex", selection: { selectedReason: "auto_plugin" } });
+        this.event(body.replyTo, body.attemptId, 1, "claimed", { workerId: "w1", harnessId: "codex", fence: "e:1" });
+      },
+      { queue: "routers" },
+    );
+  }
+
+  /** The attempt the router received last. */
+  get attempt() {
+    return this.attempts.at(-1) ?? null;
+  }
+
+  /**
+   * worker serves teamster.run.*.cancel and teamster.run.*.inject with the
+   * handlers given; a null handler leaves the subject unserved.
+   */
+  async worker({ onCancel, onInject } = {}) {
+    if (onCancel !== null) await this.serve("teamster.run.*.cancel", onCancel ?? (() => ({ v: VERSION, status: "ok" })));
+    if (onInject !== null) {
+      await this.serve("teamster.run.*.inject", onInject ?? (() => ({ v: VERSION, status: "rejected", error: { code: "no_active_run", message: "no run" } })));
+    }
+  }
+
+  /** requestsOn lists the bodies of the requests received on subject. */
+  requestsOn(subject) {
+    return this.requests.filter((r) => r.subject === subject).map((r) => r.body);
+  }
+
+  /** event publishes one event envelope on an attempt's reply subject. */
+  event(replyTo, attemptId, seq, type, data) {
+    this.nc.publish(replyTo, encode({ v: VERSION, attemptId, seq, type, data }));
+  }
+
+  /** result publishes the attempt's terminal result event. */
+  result(attempt, seq, result) {
+    this.event(attempt.replyTo, attempt.attemptId, seq, "result", {
+      v: VERSION, attemptId: attempt.attemptId, assistantTexts: [], usage: { outputTokens: 0 }, ...result,
+    });
+  }
+
+  /** hostCall is a worker's host callback to the gateway; resolves with the decoded reply. */
+  async hostCall(hostId, attemptId, call, body) {
+    const m = await this.nc.request(`teamster.host.${hostId}.${attemptId}.${call}`, encode({ v: VERSION, ...body }), { timeout: 5000 });
+    return decode(m.data);
+  }
+
+  /** storeResult stores a durable result on teamster.result.<attemptId> in TEAMSTER_RESULTS. */
+  async storeResult(r) {
+    const jsm = await jetstreamManager(this.nc);
+    try {
+      await jsm.streams.info(STREAM_RESULTS);
+    } catch {
+      await jsm.streams.add({
+        name: STREAM_RESULTS,
+        subjects: ["teamster.result.>"],
+        storage: StorageType.File,
+        max_msgs_per_subject: 1,
+        discard: DiscardPolicy.New,
+        discard_new_per_subject: true,
+        max_age: 24 * 3600 * 1e9,
+      });
+    }
+    await jetstream(this.nc).publish(resultSubject(r.attemptId), encode(r), { msgID: r.attemptId });
+  }
+
+  /** workers opens (creating it) KV TEAMSTER_WORKERS: entries expire 10 s after their last put. */
+  workers() {
+    return new Kvm(this.nc).create(BUCKET_WORKERS, { ttl: 10_000, history: 1 });
+  }
+
+  async flush() {
+    await this.nc.flush();
+  }
+
+  /**
+   * close stops serving, then closes the connection. The unsubscriptions
+   * are flushed first: once close returns, the server routes nothing to
+   * this play any more (a closed connection alone is removed from the
+   * server's interest asynchronously).
+   */
+  async close() {
+    if (this.nc.isClosed()) return;
+    for (const sub of this.subs.splice(0)) sub.unsubscribe();
+    await this.nc.flush();
+    await this.nc.close();
+  }
+}
