@@ -605,6 +605,9 @@ type linDriver struct {
 	store *Store
 	claim linClaimFunc
 	renew *redis.Script
+	// renewAfterSleep makes a holder that slept past the TTL renew next,
+	// so that every such sleep yields a stale renewal.
+	renewAfterSleep bool
 }
 
 // linStoreOn is storeOn with a client that neither retries nor waits for a
@@ -689,7 +692,10 @@ func (d *linDriver) round(t *testing.T, r *testenv.Redis, session string, seed u
 		// only through the client's own operations, so Lease.Finish always
 		// goes to Redis, and the history is about what Redis decided.
 		k := NewKeeper(KeeperParams{Store: d.store, Holder: fmt.Sprintf("c%d", c), TTL: linTTL,
-			Clock: clockwork.NewFakeClockAt(time.Unix(1, 0)), Logger: quietLogger()})
+			Clock: clockwork.NewFakeClockAt(time.Unix(1, 0)), Logger: quietLogger(),
+			// The model covers the scripts; the quarantine after a data loss
+			// has its own test.
+			NewEpochQuarantine: -1})
 		wg.Add(1)
 		go func(c int) {
 			defer wg.Done()
@@ -752,6 +758,9 @@ func (d *linDriver) client(t *testing.T, h *linHistory, k *Keeper, c int, sessio
 		out.Holder = -1
 		in.Call = h.now()
 		p := rng.Float64()
+		if stale && lease != nil && d.renewAfterSleep {
+			p = 0.3 // the renewal case below
+		}
 		switch {
 		case p < 0.08:
 			in.Kind, in.Attempt, in.Stale = linRead, "", false

@@ -247,7 +247,8 @@ func TestLinearizabilityDetectsBrokenRenew(t *testing.T) {
 	s := newStore(t)
 	d := realLinDriver(s)
 	d.renew = brokenRenewScript
-	for round := 0; round < 5; round++ {
+	d.renewAfterSleep = true
+	for round := 0; round < 10; round++ {
 		seed := uint64(time.Now().UnixNano())
 		h := d.round(t, env.Redis, fmt.Sprintf("lin:broken-renew-%d", round), seed, 30, nil)
 		if h.stats().staleRenews == 0 {
