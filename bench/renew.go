@@ -43,7 +43,7 @@ func measureRenewal(ctx context.Context, srv *servers, n, rounds int) ([]Row, er
 		return nil, err
 	}
 	var lost atomic.Int64
-	keeper := leases.NewKeeper(leases.KeeperParams{Store: store, Holder: "bench-renew", TTL: ttl, Logger: quietLogger(),
+	keeper := leases.NewKeeper(leases.KeeperParams{Store: store, Holder: "bench-renew", TTL: ttl, Logger: quietLogger(), NewEpochQuarantine: -1,
 		OnLost: func(*leases.Lease, error) { lost.Add(1) }})
 	defer keeper.Stop() // never started: RenewNow is driven by hand
 

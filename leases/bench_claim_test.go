@@ -36,7 +36,7 @@ func benchStore(b *testing.B) (*Store, *benchTrips) {
 
 func benchKeeper(b *testing.B, s *Store) *Keeper {
 	b.Helper()
-	k := NewKeeper(KeeperParams{Store: s, Holder: "bench", TTL: 10 * time.Second, Logger: quietLogger()})
+	k := NewKeeper(KeeperParams{Store: s, Holder: "bench", TTL: 10 * time.Second, Logger: quietLogger(), NewEpochQuarantine: -1})
 	b.Cleanup(k.Stop)
 	return k
 }

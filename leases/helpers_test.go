@@ -24,7 +24,7 @@ func quietLogger() logrus.FieldLogger {
 
 func newKeeper(t *testing.T, s *Store, holder string, ttl time.Duration, clock clockwork.Clock) *Keeper {
 	t.Helper()
-	k := NewKeeper(KeeperParams{Store: s, Holder: holder, TTL: ttl, Clock: clock, Logger: quietLogger()})
+	k := NewKeeper(KeeperParams{Store: s, Holder: holder, TTL: ttl, Clock: clock, Logger: quietLogger(), NewEpochQuarantine: -1})
 	t.Cleanup(k.Stop)
 	return k
 }

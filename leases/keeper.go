@@ -33,6 +33,12 @@ type KeeperParams struct {
 	OnRenew func(n int, err error)
 	// OnLost, when set, is called once for every lease that is lost.
 	OnLost func(l *Lease, err error)
+	// NewEpochQuarantine is how long after a Redis's data began (a fresh or
+	// restarted Redis without persistence) no new epoch may start: at least
+	// the longest lease TTL in the fleet, so that every lease granted before
+	// a data loss has self-fenced first. 0 means TTL; negative means none
+	// (only for a Redis known to be fresh, as in tests).
+	NewEpochQuarantine time.Duration
 }
 
 // Keeper holds a worker's leases and renews them all in one pipelined round
@@ -40,15 +46,16 @@ type KeeperParams struct {
 // lease that Redis refuses, or that goes without a successful renewal for
 // ttl - margin, is lost: its Done closes.
 type Keeper struct {
-	store    *Store
-	holder   string
-	ttl      time.Duration
-	margin   time.Duration
-	interval time.Duration
-	clock    clockwork.Clock
-	log      logrus.FieldLogger
-	onRenew  func(int, error)
-	onLost   func(*Lease, error)
+	store      *Store
+	holder     string
+	ttl        time.Duration
+	margin     time.Duration
+	interval   time.Duration
+	clock      clockwork.Clock
+	log        logrus.FieldLogger
+	onRenew    func(int, error)
+	onLost     func(*Lease, error)
+	quarantine time.Duration
 
 	mu     sync.Mutex
 	leases map[*Lease]struct{}
@@ -72,12 +79,15 @@ func NewKeeper(p KeeperParams) *Keeper {
 	if p.Clock == nil {
 		p.Clock = clockwork.NewRealClock()
 	}
+	if p.NewEpochQuarantine == 0 {
+		p.NewEpochQuarantine = p.TTL
+	}
 	if p.Logger == nil {
 		p.Logger = logrus.StandardLogger()
 	}
 	return &Keeper{
 		store: p.Store, holder: p.Holder, ttl: p.TTL, margin: p.Margin, interval: p.Interval,
-		clock: p.Clock, log: p.Logger, onRenew: p.OnRenew, onLost: p.OnLost,
+		clock: p.Clock, log: p.Logger, onRenew: p.OnRenew, onLost: p.OnLost, quarantine: p.NewEpochQuarantine,
 		leases: make(map[*Lease]struct{}), stop: make(chan struct{}),
 	}
 }
@@ -170,6 +180,9 @@ type ClaimResult struct {
 	Status ClaimStatus
 	// Blocker is the attempt ahead of this one when Busy.
 	Blocker string
+	// Wait, when set with Busy, is how long before the claim can succeed
+	// (the quarantine after a Redis data loss).
+	Wait time.Duration
 	// State is the attempt's state when Done.
 	State string
 	// Accepted and ClaimedAt are the attempt's acceptance and claim times
@@ -185,11 +198,34 @@ type ClaimResult struct {
 // the status is Claimed.
 func (k *Keeper) Claim(ctx context.Context, sessionKey, attemptID string) (*Lease, ClaimResult, error) {
 	keys := keysFor(sessionKey)
+	token := newEpoch()
+	claim := func(allowNewEpoch string) ([]string, error) {
+		return claimScript.Run(ctx, k.store.rdb,
+			[]string{keys.order(), keys.attempt(attemptID), keys.lease(), keys.fence(), keys.session()},
+			attemptID, k.holder, k.ttl.Milliseconds(), newEpoch(), SeqReservation, keys.prefix(), FinishedTTL.Milliseconds(),
+			token, allowNewEpoch,
+		).StringSlice()
+	}
 	sentAt := k.clock.Now()
-	res, err := claimScript.Run(ctx, k.store.rdb,
-		[]string{keys.order(), keys.attempt(attemptID), keys.lease(), keys.fence(), keys.session()},
-		attemptID, k.holder, k.ttl.Milliseconds(), newEpoch(), SeqReservation, keys.prefix(), FinishedTTL.Milliseconds(),
-	).StringSlice()
+	allow := "0"
+	if k.quarantine < 0 {
+		allow = "1"
+	}
+	res, err := claim(allow)
+	if err == nil && len(res) > 0 && res[0] == "newepoch" {
+		// A new session, or a Redis that lost its data: a new epoch may
+		// start only once every lease from before a loss has expired.
+		wait, berr := bootScript.Run(ctx, k.store.rdb, []string{BootKey}, k.quarantine.Milliseconds()).Int64()
+		if berr != nil {
+			return nil, ClaimResult{}, fmt.Errorf("claim: %w", berr)
+		}
+		if wait > 0 {
+			return nil, ClaimResult{Status: ClaimBusy, Blocker: "the quarantine after a Redis data loss",
+				Wait: time.Duration(wait) * time.Millisecond}, nil
+		}
+		sentAt = k.clock.Now()
+		res, err = claim("1")
+	}
 	if err != nil {
 		return nil, ClaimResult{}, fmt.Errorf("claim: %w", err)
 	}

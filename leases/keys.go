@@ -17,6 +17,10 @@ const (
 	// scored by the time (Unix ms) the reaper should next look at the attempt.
 	// It lives in its own slot and is never touched by a session script.
 	ReaperIndexKey = "teamster:{reaper}:due"
+
+	// BootKey marks when this Redis's data began (Redis's clock, ms); see
+	// bootScript.
+	BootKey = "teamster:{boot}"
 )
 
 // Tag returns the session hash s of sessionKey: hex of the first 12 bytes of its

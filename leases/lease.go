@@ -248,6 +248,18 @@ func (l *Lease) WriteSession(ctx context.Context, u SessionUpdate) error {
 	return nil
 }
 
+// Unclaim gives the attempt back (accepted again, at the head of its order)
+// when nothing acted on the claim yet, and ends the lease. It reports whether
+// the attempt was given back; false means the fleet settled it meanwhile.
+func (l *Lease) Unclaim(ctx context.Context) (bool, error) {
+	n, err := unclaimScript.Run(ctx, l.k.store.rdb, []string{l.attemptKey, l.leaseKey}, l.fence).Int()
+	l.release()
+	if err != nil {
+		return false, fmt.Errorf("unclaim: %w", err)
+	}
+	return n == 1, nil
+}
+
 // Release deletes the lease if it is still held under its fence, without
 // recording an outcome, and ends it.
 func (l *Lease) Release(ctx context.Context) error {

@@ -290,7 +290,7 @@ func TestLeaseSelfFencesBeforeRedisExpiry(t *testing.T) {
 	clock := clockwork.NewFakeClock()
 	rounds := make(chan error, 16)
 	const ttl = 9 * time.Second // renew every 3s, margin 1.8s: self-fence at 7.2s
-	k := NewKeeper(KeeperParams{Store: s, Holder: "w1", TTL: ttl, Clock: clock, Logger: quietLogger(),
+	k := NewKeeper(KeeperParams{Store: s, Holder: "w1", TTL: ttl, Clock: clock, Logger: quietLogger(), NewEpochQuarantine: -1,
 		OnRenew: func(_ int, err error) { rounds <- err }})
 	k.Start()
 	t.Cleanup(k.Stop)

@@ -101,14 +101,26 @@ return 1
 // ARGV[5] the first reservation of event seq numbers
 // ARGV[6] the session prefix teamster:{s}: (for the records of earlier entries)
 // ARGV[7] TTL (ms) of a record once finished
+// ARGV[8] the claim's token, unique per claim call: a retried call (a client
+// retrying after a lost reply) that finds the attempt claimed with its own
+// token gets the same claim back instead of "done"
+// ARGV[9] "1" when a new epoch may be started; otherwise a claim that would
+// start one (no fence hash: a new session, or a Redis that lost its data)
+// returns {"newepoch"} and claims nothing, so that the caller can first make
+// sure every lease granted before a data loss has expired (see bootScript)
 // Returns {"claimed", fence, now, acceptedAt, field, value, ...} with the
 // session record's fields read under the new lease, {"busy", blocker},
 // {"done", state}, {"expired"} (the queue deadline passed: queue_timeout
-// recorded) or {"missing"}.
+// recorded), {"newepoch"} or {"missing"}.
 var claimScript = redis.NewScript(prelude + `
 local now = now_ms()
-local st = redis.call('HMGET', KEYS[2], 'state', 'deadline', 'accepted')
+local st = redis.call('HMGET', KEYS[2], 'state', 'deadline', 'accepted', 'ctoken', 'fence', 'claimed')
 if not st[1] then return {'missing'} end
+if st[1] == 'claimed' and st[4] == ARGV[8] and redis.call('HGET', KEYS[3], 'fence') == st[5] then
+  local out = {'claimed', st[5], st[6], st[3] or st[6]}
+  for _, v in ipairs(redis.call('HGETALL', KEYS[5])) do out[#out + 1] = v end
+  return out
+end
 if st[1] ~= 'accepted' then return {'done', st[1]} end
 if now >= tonumber(st[2]) then
   settle(KEYS[2], 'queue_timeout', now, ARGV[7])
@@ -137,16 +149,39 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
 end
 local epoch = redis.call('HGET', KEYS[4], 'epoch')
 if not epoch then
+  if ARGV[9] ~= '1' then return {'newepoch'} end
   epoch = ARGV[4]
   redis.call('HSET', KEYS[4], 'epoch', epoch, 'n', 0)
 end
 local fence = epoch .. ':' .. redis.call('HINCRBY', KEYS[4], 'n', 1)
 redis.call('HSET', KEYS[3], 'holder', ARGV[2], 'attempt', ARGV[1], 'fence', fence)
 redis.call('PEXPIRE', KEYS[3], ARGV[3])
-redis.call('HSET', KEYS[2], 'state', 'claimed', 'worker', ARGV[2], 'fence', fence, 'claimed', now, 'seqmax', ARGV[5])
+redis.call('HSET', KEYS[2], 'state', 'claimed', 'worker', ARGV[2], 'fence', fence, 'claimed', now, 'seqmax', ARGV[5], 'ctoken', ARGV[8])
 local out = {'claimed', fence, tostring(now), st[3] or tostring(now)}
 for _, v in ipairs(redis.call('HGETALL', KEYS[5])) do out[#out + 1] = v end
 return out
+`)
+
+// bootScript answers how long new epochs must still wait after this Redis's
+// data began. The marker teamster:{boot} holds the time (Redis's clock) at
+// which it was first written; on a Redis that lost its data it is missing and
+// is written now. Until quarantine has passed since then, a lease granted
+// before the loss may still be held in the memory of a worker that has not
+// yet noticed (it notices at its next renewal, and self-fences at ttl -
+// margin at the latest), so no new epoch may start: the "delayed restart" of
+// a Redis without persistence, done by teamster.
+//
+// KEYS[1] teamster:{boot}
+// ARGV[1] the quarantine (ms)
+// Returns the milliseconds still to wait (0 when none).
+var bootScript = redis.NewScript(prelude + `
+local now = now_ms()
+local born = tonumber(redis.call('GET', KEYS[1]) or '')
+if not born then
+  redis.call('SET', KEYS[1], now)
+  born = now
+end
+return math.max(0, born + tonumber(ARGV[1]) - now)
 `)
 
 // renewScript extends a held lease and raises the attempt's event seq
@@ -192,12 +227,17 @@ return 1
 // ARGV[4] the encoded result
 // ARGV[5] TTL (ms) of the finished record
 // ARGV[6..] session record field, value pairs; an empty value deletes the field
-// Returns "ok", "fenced" (lease lost), "finished" (an outcome exists) or
-// "missing" (no record: Redis lost it).
+// Returns "ok" (also for a retry of the same finish whose reply was lost),
+// "fenced" (lease lost), "finished" (another outcome exists) or "missing" (no
+// record: Redis lost it).
 var finishScript = redis.NewScript(prelude + `
-local st = redis.call('HMGET', KEYS[2], 'state', 'fence', 'outcome')
+local st = redis.call('HMGET', KEYS[2], 'state', 'fence', 'outcome', 'result')
 if not st[1] then return 'missing' end
-if st[3] then return 'finished' end
+if st[3] then
+  -- A retry of this very finish (its reply was lost) is answered ok.
+  if st[2] == ARGV[2] and st[3] == ARGV[3] and st[4] == ARGV[4] then return 'ok' end
+  return 'finished'
+end
 if st[2] ~= ARGV[2] or redis.call('HGET', KEYS[3], 'fence') ~= ARGV[2] then return 'fenced' end
 local now = now_ms()
 redis.call('HSET', KEYS[2], 'state', 'finished', 'outcome', ARGV[3], 'result', ARGV[4], 'finished', now, 'by', 'worker')
@@ -232,9 +272,12 @@ return 'ok'
 // ARGV[5] TTL (ms) of the finished record
 // Returns "ok", "finished", "fenced" (claimed under another fence) or "missing".
 var abandonScript = redis.NewScript(prelude + `
-local st = redis.call('HMGET', KEYS[2], 'state', 'fence', 'outcome')
+local st = redis.call('HMGET', KEYS[2], 'state', 'fence', 'outcome', 'result')
 if not st[1] then return 'missing' end
-if st[3] then return 'finished' end
+if st[3] then
+  if st[2] == ARGV[2] and st[3] == ARGV[3] and st[4] == ARGV[4] then return 'ok' end
+  return 'finished'
+end
 if st[2] ~= ARGV[2] then return 'fenced' end
 local now = now_ms()
 redis.call('HSET', KEYS[2], 'state', 'finished', 'outcome', ARGV[3], 'result', ARGV[4], 'finished', now, 'by', 'worker')
@@ -242,6 +285,25 @@ redis.call('PEXPIRE', KEYS[2], ARGV[5])
 redis.call('LREM', KEYS[1], 0, ARGV[1])
 if redis.call('HGET', KEYS[3], 'fence') == ARGV[2] then redis.call('DEL', KEYS[3]) end
 return 'ok'
+`)
+
+// unclaimScript gives back a claim that nothing acted on: the worker found,
+// once the claim's reply arrived, that its lease was no longer current (a
+// reply held up by a partition or a pause). The attempt becomes accepted
+// again, still at the head of its order, so another claim runs it.
+//
+// KEYS[1] teamster:{s}:attempt:<attemptId>
+// KEYS[2] teamster:{s}:lease
+// ARGV[1] fence of the claim
+// Returns 1 when given back, 0 when the attempt is no longer claimed under
+// that fence (the fleet settled it: leave it).
+var unclaimScript = redis.NewScript(`
+local st = redis.call('HMGET', KEYS[1], 'state', 'fence', 'outcome')
+if st[1] ~= 'claimed' or st[2] ~= ARGV[1] or st[3] then return 0 end
+redis.call('HSET', KEYS[1], 'state', 'accepted')
+redis.call('HDEL', KEYS[1], 'worker', 'fence', 'claimed', 'ctoken')
+if redis.call('HGET', KEYS[2], 'fence') == ARGV[1] then redis.call('DEL', KEYS[2]) end
+return 1
 `)
 
 // markPublishedScript marks an outcome as durably published, without
@@ -367,5 +429,5 @@ return revoked
 var allScripts = []*redis.Script{
 	epochScript, acceptScript, unacceptScript, claimScript, renewScript, releaseScript,
 	finishScript, abandonScript, markPublishedScript, writeSessionScript, dueScript,
-	reapScript, grantScript, revokeScript, sessionOpScript,
+	reapScript, grantScript, revokeScript, sessionOpScript, unclaimScript, bootScript,
 }

@@ -52,6 +52,11 @@ func TestEveryScriptIsGivenKeysOfOneSlot(t *testing.T) {
 	if _, err := l2.Abandon(ctx, "lease_lost", nil); err != nil {
 		t.Fatal(err)
 	}
+	accept(t, s, "sess", "a4", time.Minute)
+	l4 := mustClaim(t, k, "sess", "a4")
+	if _, err := l4.Unclaim(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.MarkPublished(ctx, "sess", "a1"); err != nil {
 		t.Fatal(err)
 	}
@@ -68,6 +73,12 @@ func TestEveryScriptIsGivenKeysOfOneSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := s.SessionOp(ctx, "sess", OpPatch, FieldsOf("sess", "s1", "", "", "", nil)); err != nil {
+		t.Fatal(err)
+	}
+	kq := NewKeeper(KeeperParams{Store: s, Holder: "w2", TTL: time.Second, Logger: quietLogger(), NewEpochQuarantine: time.Second})
+	t.Cleanup(kq.Stop)
+	accept(t, s, "fresh", "q1", time.Minute)
+	if _, _, err := kq.Claim(ctx, "fresh", "q1"); err != nil {
 		t.Fatal(err)
 	}
 	for _, sc := range allScripts {
