@@ -24,6 +24,12 @@ type Config struct {
 	LeaseTTLMs int64 `json:"leaseTtlMs"`
 	// DrainTimeoutMs bounds a drain; default 60000.
 	DrainTimeoutMs int64 `json:"drainTimeoutMs"`
+	// NewEpochQuarantineMs: after a Redis lost its data (restarted without
+	// persistence), no session starts a new fence epoch for this long, so
+	// that every lease granted before the loss has self-fenced first. It
+	// must be at least the longest leaseTtlMs in the fleet; default
+	// leaseTtlMs; -1 turns it off (only for a Redis known to be fresh).
+	NewEpochQuarantineMs int64 `json:"newEpochQuarantineMs,omitempty"`
 	// Harnesses are the harnesses the worker hosts.
 	Harnesses []HarnessConfig `json:"harnesses"`
 }
@@ -101,6 +107,9 @@ func (c *Config) Validate() error {
 	if c.LeaseTTL() < minLeaseTTL {
 		return fmt.Errorf("leaseTtlMs %d must be at least %d", c.LeaseTTLMs, minLeaseTTL.Milliseconds())
 	}
+	if c.NewEpochQuarantineMs < -1 {
+		return fmt.Errorf("newEpochQuarantineMs %d: use a duration, 0 for the lease TTL, or -1 for none", c.NewEpochQuarantineMs)
+	}
 	if c.DrainTimeoutMs < 0 {
 		return fmt.Errorf("drainTimeoutMs %d must not be negative", c.DrainTimeoutMs)
 	}
@@ -125,6 +134,18 @@ func (c *Config) Validate() error {
 
 // LeaseTTL is the lease TTL.
 func (c *Config) LeaseTTL() time.Duration { return time.Duration(c.LeaseTTLMs) * time.Millisecond }
+
+// NewEpochQuarantine is the quarantine after a Redis data loss (negative:
+// none).
+func (c *Config) NewEpochQuarantine() time.Duration {
+	switch {
+	case c.NewEpochQuarantineMs < 0:
+		return -1
+	case c.NewEpochQuarantineMs == 0:
+		return c.LeaseTTL()
+	}
+	return time.Duration(c.NewEpochQuarantineMs) * time.Millisecond
+}
 
 // DrainTimeout bounds a drain.
 func (c *Config) DrainTimeout() time.Duration {

@@ -168,7 +168,13 @@ func (w *Worker) handle(msg jetstream.Msg, harnessID string, h *hosted) {
 		if md, err := msg.Metadata(); err == nil {
 			delivered = md.NumDelivered
 		}
-		_ = msg.NakWithDelay(nakDelay(delivered))
+		d := nakDelay(delivered)
+		if res.Wait > d {
+			// The quarantine after a Redis data loss: come back when it
+			// ends, checking at least every second.
+			d = min(res.Wait, time.Second)
+		}
+		_ = msg.NakWithDelay(d)
 	case leases.ClaimDone, leases.ClaimExpired:
 		// Claimed before (a redelivery) or finished; an expired attempt's
 		// queue_timeout is recorded and the reaper publishes it.
@@ -179,6 +185,19 @@ func (w *Worker) handle(msg jetstream.Msg, harnessID string, h *hosted) {
 		w.publishOrphan(ctx, a, harnessID, teamster.Errorf(teamster.CodeInternal,
 			"the fleet has no record of this attempt (Redis lost its data); it was not run").WithSideEffects(teamster.SideEffectsNone))
 	case leases.Claimed:
+		if !lease.Current() {
+			// The claim's reply came too late (a partition, a pause): the
+			// lease may be gone already. Nothing acted on it, so give the
+			// attempt back for another claim instead of running it.
+			given, err := lease.Unclaim(ctx)
+			log.WithField("given_back", given).Warn("claimed with a lease that was no longer current; not running it")
+			if err == nil && given {
+				_ = msg.Nak()
+			} else {
+				_ = msg.Ack() // the fleet settled it; the reaper publishes
+			}
+			return
+		}
 		w.m.Claimed.WithLabelValues(harnessID).Inc()
 		if !res.Accepted.IsZero() {
 			w.m.ClaimWait.WithLabelValues(harnessID).Observe(res.ClaimedAt.Sub(res.Accepted).Seconds())

@@ -106,6 +106,13 @@ func (r *run) execute() {
 	if rec != nil && rec.NativeBinding != "" {
 		binding = json.RawMessage(rec.NativeBinding)
 	}
+	// Last check before the harness starts: a worker that woke from a pause
+	// longer than its lease must not start anything.
+	if !r.lease.Current() {
+		r.finish(r.errorResult(teamster.Errorf(teamster.CodeLeaseLost,
+			"the lease was no longer current when the harness was to start").WithSideEffects(teamster.SideEffectsNone)))
+		return
+	}
 
 	out, err := r.runHarness(binding)
 	if err == nil {

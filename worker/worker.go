@@ -128,6 +128,7 @@ func New(p Params) (*Worker, error) {
 	}
 	w.keep = leases.NewKeeper(leases.KeeperParams{
 		Store: w.store, Holder: w.id, TTL: p.Config.LeaseTTL(), Clock: p.Clock, Logger: log,
+		NewEpochQuarantine: p.Config.NewEpochQuarantine(),
 		OnRenew: func(_ int, err error) {
 			w.m.RenewRounds.Inc()
 			if err != nil {

@@ -169,6 +169,11 @@ func startDev(ctx context.Context, log *logrus.Logger, o devOptions) (*devFleet,
 		} else {
 			cfg = worker.DevConfig(fmt.Sprintf("w%d", i), 64)
 		}
+		if f.redis != nil {
+			// A redis-server dev started a moment ago: no lease from before
+			// can exist, so no quarantine after its "data loss".
+			cfg.NewEpochQuarantineMs = -1
+		}
 		nc, rdb, err := f.connect("teamster-dev-" + cfg.WorkerID)
 		if err != nil {
 			return f, err

@@ -45,6 +45,10 @@ type Options struct {
 	// Metrics serves the router's and each worker's /metrics, /healthz and
 	// /readyz on loopback ports (MetricsURL).
 	Metrics bool
+	// Quarantine keeps the workers' default quarantine after a Redis data
+	// loss (one lease TTL before any new fence epoch). Off by default: each
+	// fleet's Redis is fresh, and new sessions should not wait.
+	Quarantine bool
 	// WorkerConfig, when set, builds each worker's config instead of
 	// worker.DevConfig (LeaseTTL and DrainTimeout still apply).
 	WorkerConfig func(id string, slots int) *worker.Config
@@ -149,6 +153,9 @@ func (f *Fleet) StartWorker(id string) *worker.Worker {
 		cfg = f.Opts.WorkerConfig(id, f.Opts.Slots)
 	}
 	cfg.LeaseTTLMs = f.Opts.LeaseTTL.Milliseconds()
+	if !f.Opts.Quarantine {
+		cfg.NewEpochQuarantineMs = -1
+	}
 	cfg.DrainTimeoutMs = f.Opts.DrainTimeout.Milliseconds()
 	nc, err := nats.Connect(f.NATS.URL(), nats.Name(id), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
