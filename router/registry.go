@@ -13,16 +13,32 @@ import (
 	"github.com/teamster-fleet/teamster/selection"
 )
 
+// staleAfter is how long the watch may go without any update before the
+// router suspects it (every live worker heartbeats every 2 s): it then
+// watches anew and, meanwhile, keeps the entries it has instead of expiring
+// them.
+const staleAfter = 2*bus.HeartbeatInterval + time.Second
+
 // registryView follows KV TEAMSTER_WORKERS. An entry counts while the worker
 // is active or draining and its last update arrived less than the bucket TTL
 // ago, by this router's own clock (expired KV entries vanish without a
-// delete notice, and the router must not trust other clocks).
+// delete notice, and the router must not trust other clocks). A watch that
+// has heard nothing for a while (a NATS server restart leaves it silent until
+// it notices) is replaced by a new one whose initial values replace the
+// view, and the view expires nothing while the watch is suspect, so a NATS
+// restart never empties it.
 type registryView struct {
+	kv  jetstream.KeyValue
+	log logrus.FieldLogger
+
 	mu      sync.Mutex
 	workers map[string]seenEntry
+	lastMsg time.Time
 	w       jetstream.KeyWatcher
-	log     logrus.FieldLogger
-	done    chan struct{}
+	gen     int // which watch is current
+
+	stopCh chan struct{}
+	wg     sync.WaitGroup
 }
 
 type seenEntry struct {
@@ -31,65 +47,130 @@ type seenEntry struct {
 }
 
 func watchRegistry(ctx context.Context, kv jetstream.KeyValue, log logrus.FieldLogger) (*registryView, error) {
-	w, err := kv.WatchAll(context.Background())
-	if err != nil {
+	v := &registryView{kv: kv, log: log, workers: map[string]seenEntry{}, stopCh: make(chan struct{})}
+	if err := v.rewatch(ctx); err != nil {
 		return nil, err
 	}
-	v := &registryView{workers: map[string]seenEntry{}, w: w, log: log, done: make(chan struct{})}
-	initial := make(chan struct{})
-	go v.loop(initial)
-	select {
-	case <-initial:
-	case <-ctx.Done():
-		w.Stop()
-		return nil, ctx.Err()
-	}
+	v.wg.Add(1)
+	go v.guard()
 	return v, nil
 }
 
-func (v *registryView) loop(initial chan struct{}) {
-	defer close(v.done)
-	first := true
-	for u := range v.w.Updates() {
-		if u == nil {
-			if first {
-				close(initial)
-				first = false
+// rewatch starts a new watch, waits for its initial values and makes them
+// the view.
+func (v *registryView) rewatch(ctx context.Context) error {
+	w, err := v.kv.WatchAll(context.Background())
+	if err != nil {
+		return err
+	}
+	fresh := map[string]seenEntry{}
+	for {
+		select {
+		case u, ok := <-w.Updates():
+			if !ok {
+				return errWatchClosed
 			}
+			if u == nil { // initial values done
+				v.mu.Lock()
+				old := v.w
+				v.gen++
+				gen := v.gen
+				v.w, v.workers, v.lastMsg = w, fresh, time.Now()
+				v.mu.Unlock()
+				if old != nil {
+					_ = old.Stop()
+				}
+				v.wg.Add(1)
+				go v.follow(w, gen)
+				return nil
+			}
+			apply(fresh, u, v.log)
+		case <-ctx.Done():
+			_ = w.Stop()
+			return ctx.Err()
+		}
+	}
+}
+
+// follow applies a watch's updates while it is the current one.
+func (v *registryView) follow(w jetstream.KeyWatcher, gen int) {
+	defer v.wg.Done()
+	for u := range w.Updates() {
+		if u == nil {
 			continue
 		}
 		v.mu.Lock()
-		switch u.Operation() {
-		case jetstream.KeyValuePut:
-			var e bus.WorkerEntry
-			if err := json.Unmarshal(u.Value(), &e); err != nil || e.Validate() != nil {
-				v.log.WithField("worker", u.Key()).Warn("ignoring an invalid registry entry")
-				delete(v.workers, u.Key())
-			} else {
-				v.workers[u.Key()] = seenEntry{entry: e, seen: time.Now()}
-			}
-		default:
-			delete(v.workers, u.Key())
+		if v.gen != gen {
+			v.mu.Unlock()
+			return
 		}
+		apply(v.workers, u, v.log)
+		v.lastMsg = time.Now()
 		v.mu.Unlock()
 	}
-	if first {
-		close(initial)
+}
+
+func apply(m map[string]seenEntry, u jetstream.KeyValueEntry, log logrus.FieldLogger) {
+	switch u.Operation() {
+	case jetstream.KeyValuePut:
+		var e bus.WorkerEntry
+		if err := json.Unmarshal(u.Value(), &e); err != nil || e.Validate() != nil {
+			log.WithField("worker", u.Key()).Warn("ignoring an invalid registry entry")
+			delete(m, u.Key())
+			return
+		}
+		m[u.Key()] = seenEntry{entry: e, seen: time.Now()}
+	default:
+		delete(m, u.Key())
+	}
+}
+
+// guard replaces a watch that has gone silent.
+func (v *registryView) guard() {
+	defer v.wg.Done()
+	t := time.NewTicker(bus.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-v.stopCh:
+			return
+		case <-t.C:
+		}
+		v.mu.Lock()
+		silent := time.Since(v.lastMsg) > staleAfter
+		v.mu.Unlock()
+		if !silent {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := v.rewatch(ctx); err != nil {
+			v.log.Debug("registry: watching anew failed (retrying): " + err.Error())
+		}
+		cancel()
 	}
 }
 
 func (v *registryView) stop() {
-	_ = v.w.Stop()
-	<-v.done
+	close(v.stopCh)
+	v.mu.Lock()
+	w := v.w
+	v.gen++
+	v.mu.Unlock()
+	if w != nil {
+		_ = w.Stop()
+	}
+	v.wg.Wait()
 }
 
-// live returns the entries heard from within the bucket TTL.
+// live returns the entries heard from within the bucket TTL; while the watch
+// is suspect (silent) it expires nothing.
 func (v *registryView) live() []bus.WorkerEntry {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	trust := time.Since(v.lastMsg) <= staleAfter
 	out := make([]bus.WorkerEntry, 0, len(v.workers))
 	for id, s := range v.workers {
-		if time.Since(s.seen) > bus.WorkersTTL {
+		if trust && time.Since(s.seen) > bus.WorkersTTL {
 			delete(v.workers, id)
 			continue
 		}

@@ -199,3 +199,5 @@ func debugEnabled(l logrus.FieldLogger) bool {
 	}
 	return true
 }
+
+var errWatchClosed = errors.New("registry watch closed")

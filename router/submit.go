@@ -114,10 +114,21 @@ func (r *Router) submit(m *nats.Msg, delegate string) {
 	}
 	if _, err := bus.PublishAttemptBody(ctx, r.js, d.HarnessID, a.AttemptID, attemptBody, r.headers(delegate)); err != nil {
 		log.Error("submit failed: publish: " + err.Error())
-		if ok, uerr := r.store.Unaccept(context.Background(), a.SessionKey, a.AttemptID); uerr != nil || !ok {
+		ok, uerr := r.store.Unaccept(context.Background(), a.SessionKey, a.AttemptID)
+		switch {
+		case uerr == nil && !ok:
+			// No longer queued: the publish did reach the stream (only its
+			// acknowledgement was lost) and a worker claimed it. The attempt
+			// is accepted; saying otherwise would invite a second submit.
+			log.Warn("the publish was not acknowledged but the attempt was claimed: answering accepted")
+			r.countSubmit(bus.StatusAccepted, nil)
+			r.respond(m, replyBody)
+			return
+		case uerr != nil:
 			log.Warn("could not withdraw the unpublished attempt; the reaper will time it out")
 		}
-		r.replySubmit(m, rejectedInternal(a.AttemptID, "the fleet could not publish the attempt"))
+		r.replySubmit(m, rejectedInternal(a.AttemptID, "the fleet could not confirm the attempt was published; "+
+			"submit it again with the same attemptId to learn its fate (a resubmit never runs it twice)"))
 		return
 	}
 	log.WithField("harness", d.HarnessID).Debug("accepted")

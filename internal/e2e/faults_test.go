@@ -2,10 +2,13 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/teamster-fleet/teamster"
+	"github.com/teamster-fleet/teamster/bus"
+	"github.com/teamster-fleet/teamster/client"
 	"github.com/teamster-fleet/teamster/harness/scripted"
 	"github.com/teamster-fleet/teamster/internal/fleettest"
 	"github.com/teamster-fleet/teamster/leases"
@@ -106,4 +109,42 @@ func waitLedger(t *testing.T, f *fleettest.Fleet, attempt, event string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("no %s of the run of %s", event, attempt)
+}
+
+// A NATS server restart (JetStream store kept) neither empties the router's
+// view of the registry (no fallback replies while workers live) nor loses
+// or replays a queued attempt.
+func TestNATSRestartKeepsServing(t *testing.T) {
+	f := fleettest.Start(t, fleettest.Options{Workers: 2})
+	queued := submit(t, f, fleettest.Attempt("nats:q", fleettest.Script(`{"sleep":1500}`, `{"say":"first"}`)))
+	behind := submit(t, f, fleettest.Attempt("nats:q", "second"))
+	if err := f.NATS.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(12 * time.Second) // past the registry TTL and the watch's own recovery
+	n := 0
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		h, err := f.Client.Submit(ctx, fleettest.Attempt(fmt.Sprintf("nats:probe-%d", n), "probe"))
+		cancel()
+		n++
+		if err != nil {
+			continue // the client reconnects; a submit may fail meanwhile
+		}
+		if h.Reply.Status == bus.StatusFallback {
+			t.Fatalf("the router answered fallback %s after the restart: its registry view was empty", time.Until(deadline))
+		}
+		if r := result(t, h); r.Status != teamster.StatusOK {
+			t.Fatalf("probe after the restart: %+v", r)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, h := range []*client.Handle{queued, behind} {
+		if r := result(t, h); r.Status != teamster.StatusOK && (r.Error == nil || r.Error.Code != teamster.CodeWorkerLost) {
+			t.Fatalf("attempt across the restart: %+v", r)
+		}
+	}
+	if err := scripted.CheckReplays(f.Ledger.Entries()); err != nil {
+		t.Fatal(err)
+	}
 }
