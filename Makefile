@@ -12,7 +12,7 @@ BIN       ?= bin
 RACE_PKGS ?= ./...
 GOTESTFLAGS ?=
 
-.PHONY: all deps build test test-short lint fmt vet demo bench fuzz clean
+.PHONY: all deps build test test-short lint fmt vet demo bench chaos fuzz clean
 
 all: build
 
@@ -53,7 +53,17 @@ lint:
 ## OpenClaw plugin's tests (unit, and end to end with the real OpenClaw).
 test: deps lint
 	$(GO) test -race -count=1 -timeout 15m $(GOTESTFLAGS) $(RACE_PKGS)
+	$(GO) run ./chaos -short
 	integrations/openclaw/scripts/test.sh
+
+## chaos: the reliability suite: real router, worker, redis-server and
+## nats-server processes under kill -9, SIGSTOP, restarts, partitions (a TCP
+## proxy) and rolling drains, checked against an independent ledger; prints a
+## table. make test runs its CI-sized subset (-short). CHAOSFLAGS passes flags
+## (-help).
+CHAOSFLAGS ?=
+chaos: deps
+	$(GO) run ./chaos $(CHAOSFLAGS)
 
 ## demo: run a whole local fleet (embedded NATS on a free port, a redis-server
 ## it starts, one router, two workers) and play a scenario end to end.
