@@ -74,7 +74,8 @@ func reportLatency(b *testing.B, d []time.Duration, trips int64) {
 	b.ReportMetric(float64(trips)/float64(len(d)), "round-trips/op")
 }
 
-// BenchmarkClaim is one claim (claim script + reaper index update) of a
+// BenchmarkClaim is one claim (the claim script; the reaper index update it
+// sends beside the run is counted in round-trips/op when it lands in time) of a
 // queued attempt at the head of its session's order.
 func BenchmarkClaim(b *testing.B) {
 	s, trips := benchStore(b)

@@ -57,6 +57,9 @@ type Keeper struct {
 	onLost     func(*Lease, error)
 	quarantine time.Duration
 
+	// pointing counts the reaper index updates sent beside new runs.
+	pointing sync.WaitGroup
+
 	mu     sync.Mutex
 	leases map[*Lease]struct{}
 
@@ -107,6 +110,7 @@ func (k *Keeper) Start() {
 func (k *Keeper) Stop() {
 	k.stopOnce.Do(func() { close(k.stop) })
 	k.wg.Wait()
+	k.pointing.Wait()
 }
 
 func (k *Keeper) run() {
@@ -270,19 +274,38 @@ func (k *Keeper) Claim(ctx context.Context, sessionKey, attemptID string) (*Leas
 		leaseKey: keys.lease(), attemptKey: keys.attempt(attemptID)}
 	l.lastOK.Store(sentAt.UnixNano())
 	l.seqRes.Store(SeqReservation)
+	// Under the lease's lock: with a short TTL the timer can fire (and end
+	// the lease, which reads the field) before the assignment.
+	l.mu.Lock()
 	l.timer = k.clock.AfterFunc(k.ttl-k.margin, l.selfFence)
+	l.mu.Unlock()
 	k.mu.Lock()
 	k.leases[l] = struct{}{}
 	k.mu.Unlock()
 	// Point the reaper at the lease's expiry, so a worker that dies is found
-	// within TTL plus the reaper interval, not at the queue deadline.
+	// within TTL plus the reaper interval, not at the queue deadline. It is
+	// sent beside the run, not before it: it is in another slot, so it
+	// cannot join the claim script, and the run need not wait for it (XX: an
+	// entry the finish already removed is not re-created).
+	k.pointing.Add(1)
+	go func() {
+		defer k.pointing.Done()
+		k.pointReaper(keys.tag, attemptID)
+	}()
+	return l, cr, nil
+}
+
+// pointReaper moves a claimed attempt's reaper index entry to its lease's
+// expiry.
+func (k *Keeper) pointReaper(tag, attemptID string) {
+	ctx, cancel := context.WithTimeout(context.Background(), k.ttl)
+	defer cancel()
 	if err := k.store.rdb.ZAddXX(ctx, ReaperIndexKey, redis.Z{
-		Score: float64(time.Now().Add(k.ttl).UnixMilli()), Member: indexMember(keys.tag, attemptID),
+		Score: float64(time.Now().Add(k.ttl).UnixMilli()), Member: indexMember(tag, attemptID),
 	}).Err(); err != nil {
-		k.log.WithFields(logrus.Fields{"session": keys.tag, "attempt": attemptID}).
+		k.log.WithFields(logrus.Fields{"session": tag, "attempt": attemptID}).
 			Warn("reaper index not updated after claim; worker_lost detection waits for the queue deadline: " + err.Error())
 	}
-	return l, cr, nil
 }
 
 // RenewNow renews every held lease in one pipelined round trip: one renew
