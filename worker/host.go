@@ -63,6 +63,8 @@ func (r *run) subscribe() error {
 	if err != nil {
 		return err
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	for _, subj := range []string{cancelSubj, injectSubj} {
 		sub, err := r.w.nc.ChanSubscribe(subj, r.w.runMsgs)
 		if err != nil {
@@ -107,6 +109,13 @@ func (w *Worker) dispatchRunMsgs() {
 }
 
 func (r *run) unsubscribe() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.unsubscribeLocked()
+}
+
+// unsubscribeLocked drops the run's subscriptions; r.mu is held.
+func (r *run) unsubscribeLocked() {
 	for _, s := range r.subs {
 		_ = s.Unsubscribe()
 	}
@@ -114,6 +123,12 @@ func (r *run) unsubscribe() {
 }
 
 func (r *run) onCancel(m *nats.Msg) {
+	if r.finishing.Load() {
+		// The outcome is decided (being recorded, or already sent): there is
+		// nothing left to cancel.
+		respond(m, bus.Rejected(teamster.Errorf(teamster.CodeNoActiveRun, "attempt %s has ended", r.attempt.AttemptID)))
+		return
+	}
 	var req bus.CancelRequest
 	if err := bus.Decode(m.Data, &req); err != nil {
 		respond(m, bus.Rejected(err))

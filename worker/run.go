@@ -371,17 +371,18 @@ func (r *run) abandon(ctx context.Context, res *bus.Result) {
 	}
 }
 
-// deliver publishes a recorded outcome durably, marks it published and sends
-// it to the submitter. If the durable publish never succeeds the reaper
-// republishes it from the record.
+// deliver publishes a recorded outcome durably, sends it to the submitter
+// and marks it published (after the event: the mark only spares the reaper a
+// republish, so the submitter need not wait for it). If the durable publish
+// never succeeds the reaper republishes it from the record.
 func (r *run) deliver(ctx context.Context, body []byte, status teamster.Status) {
 	if !r.publishDurable(ctx, body) {
 		return
 	}
+	r.sendResult(body, status)
 	if err := r.w.store.MarkPublished(ctx, r.attempt.SessionKey, r.attempt.AttemptID); err != nil {
 		r.log.Warn("result not marked published (the reaper will publish it again, harmlessly): " + err.Error())
 	}
-	r.sendResult(body, status)
 }
 
 // deliverUnrecorded publishes a result that has no record (Redis lost it):
@@ -422,6 +423,10 @@ func (r *run) sendResult(body []byte, status teamster.Status) {
 		return
 	}
 	r.ended = true
+	// Unsubscribe first: the UNSUBs reach the server before the result
+	// event, so a cancel or inject sent by someone who saw the result finds
+	// no run (no_active_run) instead of a subscription about to go.
+	r.unsubscribeLocked()
 	r.seq++
 	r.publishEvent(r.seq, bus.EventResult, body)
 }
