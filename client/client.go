@@ -7,7 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -22,6 +24,16 @@ import (
 type Client struct {
 	nc *nats.Conn
 	js jetstream.JetStream
+
+	// Events of attempts whose reply subject the client chose arrive on one
+	// wildcard subscription, <inbox>.*, and are routed to their handle by
+	// the last token: no subscription per attempt.
+	inbox   string
+	muxOnce sync.Once
+	muxErr  error
+	muxMu   sync.Mutex
+	handles map[string]*Handle
+	nextTok atomic.Uint64
 }
 
 // New returns a client on nc.
@@ -30,7 +42,43 @@ func New(nc *nats.Conn) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{nc: nc, js: js}, nil
+	return &Client{nc: nc, js: js, inbox: nc.NewInbox(), handles: map[string]*Handle{}}, nil
+}
+
+// follow registers h under a fresh reply subject of the client's events
+// subscription, which it starts on first use.
+func (c *Client) follow(h *Handle) (string, error) {
+	c.muxOnce.Do(func() {
+		sub, err := c.nc.Subscribe(c.inbox+".*", c.route)
+		if err == nil {
+			_ = sub.SetPendingLimits(-1, -1)
+		}
+		c.muxErr = err
+	})
+	if c.muxErr != nil {
+		return "", fmt.Errorf("subscribe %s.*: %w", c.inbox, c.muxErr)
+	}
+	tok := strconv.FormatUint(c.nextTok.Add(1), 36)
+	c.muxMu.Lock()
+	c.handles[tok] = h
+	c.muxMu.Unlock()
+	h.unfollow = func() {
+		c.muxMu.Lock()
+		delete(c.handles, tok)
+		c.muxMu.Unlock()
+	}
+	return c.inbox + "." + tok, nil
+}
+
+// route hands an event on the events subscription to its handle.
+func (c *Client) route(m *nats.Msg) {
+	tok := m.Subject[len(c.inbox)+1:]
+	c.muxMu.Lock()
+	h := c.handles[tok]
+	c.muxMu.Unlock()
+	if h != nil {
+		h.onEvent(m)
+	}
 }
 
 // Conn is the client's NATS connection.
@@ -50,14 +98,15 @@ type Handle struct {
 	// fallback or rejected.
 	Reply *bus.SubmitReply
 
-	c       *Client
-	sub     *nats.Subscription
-	events  chan bus.Event
-	result  chan *bus.Result
-	mu      sync.Mutex
-	done    bool
-	dropped int
-	closeMu sync.Once
+	c        *Client
+	sub      *nats.Subscription // when the attempt named its own reply subject
+	unfollow func()             // when the client chose it
+	events   chan bus.Event
+	result   chan *bus.Result
+	mu       sync.Mutex
+	done     bool
+	dropped  int
+	closeMu  sync.Once
 }
 
 // AttemptID is the attempt's id (assigned by the router when the submitter
@@ -78,18 +127,23 @@ func (c *Client) submit(ctx context.Context, subject string, a *bus.Attempt) (*H
 	if at.V == 0 {
 		at.V = bus.Version
 	}
-	if at.ReplyTo == "" {
-		at.ReplyTo = c.nc.NewInbox()
-	}
 	h := &Handle{c: c, events: make(chan bus.Event, eventBuffer), result: make(chan *bus.Result, 1)}
-	sub, err := c.nc.Subscribe(at.ReplyTo, h.onEvent)
-	if err != nil {
-		return nil, fmt.Errorf("subscribe %s: %w", at.ReplyTo, err)
+	if at.ReplyTo == "" {
+		subj, err := c.follow(h)
+		if err != nil {
+			return nil, err
+		}
+		at.ReplyTo = subj
+	} else {
+		sub, err := c.nc.Subscribe(at.ReplyTo, h.onEvent)
+		if err != nil {
+			return nil, fmt.Errorf("subscribe %s: %w", at.ReplyTo, err)
+		}
+		_ = sub.SetPendingLimits(-1, -1)
+		h.mu.Lock()
+		h.sub = sub
+		h.mu.Unlock()
 	}
-	_ = sub.SetPendingLimits(-1, -1)
-	h.mu.Lock()
-	h.sub = sub
-	h.mu.Unlock()
 	body, err := bus.Encode(&at)
 	if err != nil {
 		h.Close()
@@ -192,6 +246,9 @@ func (h *Handle) Close() {
 		if sub != nil {
 			_ = sub.Unsubscribe()
 		}
+		if h.unfollow != nil {
+			h.unfollow()
+		}
 	})
 }
 
@@ -232,16 +289,29 @@ func (c *Client) Cancel(ctx context.Context, attemptID, reason string) error {
 	if err != nil {
 		return err
 	}
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
 	msg, err := c.nc.RequestWithContext(ctx, subj, body)
 	if errors.Is(err, nats.ErrNoResponders) {
 		return teamster.Errorf(teamster.CodeNoActiveRun, "attempt %s is not running", attemptID)
 	}
 	if err != nil {
-		return err
+		return fmt.Errorf("cancel %s: no answer (the run may have ended as the request arrived, or its worker is unreachable): %w", attemptID, err)
 	}
 	var rep bus.Reply
 	if err := bus.Decode(msg.Data, &rep); err != nil {
 		return fmt.Errorf("cancel reply: %w", err)
 	}
 	return rep.Err()
+}
+
+// requestTimeout bounds a request whose context has no deadline: a request
+// that reaches a subscription as it goes away is never answered.
+const requestTimeout = 10 * time.Second
+
+func withDefaultTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, requestTimeout)
 }

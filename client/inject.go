@@ -62,6 +62,8 @@ func (c *Client) request(ctx context.Context, subject string, req any, rep bus.E
 	if err != nil {
 		return err
 	}
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
 	msg, err := c.nc.RequestWithContext(ctx, subject, body)
 	if errors.Is(err, nats.ErrNoResponders) {
 		return teamster.Errorf(teamster.CodeInternal, "no router is serving %s", subject)
