@@ -149,7 +149,9 @@ func (c *Client) submit(ctx context.Context, subject string, a *bus.Attempt) (*H
 		h.Close()
 		return nil, err
 	}
-	msg, err := c.nc.RequestWithContext(ctx, subject, body)
+	rctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	msg, err := c.nc.RequestWithContext(rctx, subject, body)
 	if err != nil {
 		h.Close()
 		if errors.Is(err, nats.ErrNoResponders) {

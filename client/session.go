@@ -57,6 +57,8 @@ func (c *Client) sessionOp(ctx context.Context, op string, body bus.SessionOp, d
 	if delegate != "" {
 		msg.Header.Set(bus.HeaderDelegate, delegate)
 	}
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
 	rep, err := c.nc.RequestMsgWithContext(ctx, msg)
 	if errors.Is(err, nats.ErrNoResponders) {
 		return teamster.Errorf(teamster.CodeInternal, "no router is serving %s", subj)

@@ -55,23 +55,17 @@ func (r *run) publishEvent(seq int64, eventType string, data []byte) {
 // subscriptions deliver into the worker's one run-message channel (no
 // goroutine per subscription); dispatchRunMsgs routes them to the run.
 func (r *run) subscribe() error {
-	cancelSubj, err := bus.RunCancelSubject(r.attempt.AttemptID)
-	if err != nil {
-		return err
-	}
-	injectSubj, err := bus.RunInjectSubject(r.attempt.AttemptID)
+	subj, err := bus.RunSubjects(r.attempt.AttemptID)
 	if err != nil {
 		return err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, subj := range []string{cancelSubj, injectSubj} {
-		sub, err := r.w.nc.ChanSubscribe(subj, r.w.runMsgs)
-		if err != nil {
-			return err
-		}
-		r.subs = append(r.subs, sub)
+	sub, err := r.w.nc.ChanSubscribe(subj, r.w.runMsgs)
+	if err != nil {
+		return err
 	}
+	r.sub = sub
 	return nil
 }
 
@@ -104,6 +98,8 @@ func (w *Worker) dispatchRunMsgs() {
 			r.onCancel(m)
 		case op == "inject":
 			go r.onInject(m)
+		default:
+			respond(m, bus.Rejected(teamster.Errorf(teamster.CodeInvalidRequest, "a run has no operation %q", op)))
 		}
 	}
 }
@@ -116,10 +112,10 @@ func (r *run) unsubscribe() {
 
 // unsubscribeLocked drops the run's subscriptions; r.mu is held.
 func (r *run) unsubscribeLocked() {
-	for _, s := range r.subs {
-		_ = s.Unsubscribe()
+	if r.sub != nil {
+		_ = r.sub.Unsubscribe()
+		r.sub = nil
 	}
-	r.subs = nil
 }
 
 func (r *run) onCancel(m *nats.Msg) {

@@ -41,8 +41,8 @@ type run struct {
 	usage  map[string]bool
 	tokens int64
 
-	subs []*nats.Subscription
-	inj  injections
+	sub *nats.Subscription // teamster.run.<attemptId>.*
+	inj injections
 	// session is the session record the claim read under the lease.
 	session *leases.SessionRecord
 	// finishing is set by the first finish; a run finishes once.

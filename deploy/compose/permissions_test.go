@@ -91,6 +91,7 @@ func TestPrincipalPermissions(t *testing.T) {
 				deny("$JS.API.CONSUMER.CREATE.TEAMSTER_RESULTS.evil.teamster.result.>"),
 			},
 			subscribe: []rule{
+				allow("teamster.run.a1.*"), // what a worker subscribes to, one per run
 				allow("teamster.run.a1.inject"),
 				allow("teamster.run.a1.cancel"),
 				allow("teamster.worker.w1.control"),
