@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/teamster-fleet/teamster"
 	"github.com/teamster-fleet/teamster/bus"
 	"github.com/teamster-fleet/teamster/client"
+	"github.com/teamster-fleet/teamster/harness"
 	"github.com/teamster-fleet/teamster/harness/codex"
 	"github.com/teamster-fleet/teamster/harness/codex/codextest"
 )
@@ -479,3 +481,59 @@ func TestConcurrentSessionsShareTheProcess(t *testing.T) {
 		t.Fatalf("%d app-server handshakes, want one shared process", c)
 	}
 }
+
+// A run whose lease stops being current after the thread is opened never
+// starts the turn: the endpoint sees nothing and the attempt is lease_lost
+// with no side effects.
+func TestTurnIsNotStartedOnceTheLeaseIsNotCurrent(t *testing.T) {
+	bin := codextest.Binary(t)
+	endpoint := codextest.NewEndpoint(t, codextest.Reply{Text: "never"})
+	home := codextest.NewHome(t, endpoint)
+	h, err := codex.New(manifest, codex.Settings{Binary: bin, CodexHome: home, Cwd: t.TempDir(), Env: map[string]string{codextest.KeyEnv: secretKey}}, codex.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	var (
+		mu   sync.Mutex
+		sent []string
+	)
+	codex.SetTrace(h, func(dir, method string) {
+		if dir == "send" {
+			mu.Lock()
+			sent = append(sent, method)
+			mu.Unlock()
+		}
+	})
+	checks := 0
+	run := &harness.Run{Attempt: attempt("agent:main:paused", "say hello"), Host: quietHost{},
+		Current: func() bool { checks++; return checks == 1 }}
+	_, err = h.RunAttempt(t.Context(), run)
+	e := teamster.AsError(err)
+	if e == nil || e.Code != teamster.CodeLeaseLost || e.SideEffects != teamster.SideEffectsNone {
+		t.Fatalf("RunAttempt: %v, want lease_lost with no side effects", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if slices.Contains(sent, "turn/start") || !slices.Contains(sent, "thread/start") {
+		t.Fatalf("the harness sent %v: want thread/start and no turn/start", sent)
+	}
+	if n := len(endpoint.Requests()); n != 0 {
+		t.Fatalf("the endpoint got %d requests, want none", n)
+	}
+}
+
+// quietHost is a harness.Host that accepts everything and calls nothing.
+type quietHost struct{}
+
+func (quietHost) Emit(context.Context, string, any) error { return nil }
+func (quietHost) Tool(context.Context, bus.ToolCall) (*bus.ToolReply, error) {
+	return nil, teamster.Errorf(teamster.CodeHarnessFailed, "no tools here")
+}
+func (quietHost) ToolTerminal(context.Context, bus.ToolTerminal) (*bus.ToolTerminalReply, error) {
+	return &bus.ToolTerminalReply{}, nil
+}
+func (quietHost) UserInput(context.Context, bus.UserInput) (*bus.UserInputReply, error) {
+	return nil, teamster.Errorf(teamster.CodeHarnessFailed, "no questions here")
+}
+func (quietHost) ReportUsage(context.Context, string, int64) error { return nil }

@@ -12,6 +12,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/sirupsen/logrus"
 
+	"github.com/teamster-fleet/teamster"
 	"github.com/teamster-fleet/teamster/bus"
 	"github.com/teamster-fleet/teamster/harness"
 	"github.com/teamster-fleet/teamster/selection"
@@ -91,7 +92,15 @@ func newTurn(tp turnParams) *turn {
 func (t *turn) drive() (*harness.Outcome, error) {
 	defer t.hcancel()
 	defer t.release()
+	if err := t.current(); err != nil {
+		return nil, err
+	}
 	if err := t.open(); err != nil {
+		return nil, err
+	}
+	// turn/start is the step the endpoint sees: a worker that woke from a
+	// pause past its lease must not take it.
+	if err := t.current(); err != nil {
 		return nil, err
 	}
 	if err := t.start(); err != nil {
@@ -198,6 +207,18 @@ func (t *turn) stepError(method string, err error) error {
 		return failed("%s: %v", method, err)
 	}
 	return failedNone("%s: %v", method, err)
+}
+
+// current is the run's lease check (harness.Run.Current) before an
+// externally visible step: lease_lost when the run may no longer act.
+func (t *turn) current() error {
+	if err := t.ctxErr(); err != nil {
+		return err
+	}
+	if t.run.Current != nil && !t.run.Current() {
+		return teamster.Errorf(teamster.CodeLeaseLost, "codex: the run's lease is no longer current; not starting the turn").WithSideEffects(teamster.SideEffectsNone)
+	}
+	return nil
 }
 
 func (t *turn) ctxErr() error {
