@@ -311,6 +311,10 @@ func injectRedisRestart(ctx context.Context, sr *scenarioRun) error {
 		sr.r.note("round %d: redis-server killed with %d accepted attempts unfinished (%d running); restarted empty after 300ms; the next turn of those %d sessions submitted at once",
 			round+1, len(rs.inflight), len(nudge), len(nudge))
 		sr.faultEnded(ctx, rs.upAt)
+		// The fleet needs the quarantine (one lease TTL) before any session
+		// starts anew: let this round's recovery probe finish before the
+		// next kill, or the next fault lands inside the recovery it measures.
+		sr.probeWG.Wait()
 		if err := sleep(ctx, gap); err != nil {
 			return err
 		}
