@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -216,6 +217,9 @@ func (k *Keeper) Claim(ctx context.Context, sessionKey, attemptID string) (*Leas
 		allow = "1"
 	}
 	res, err := claim(allow)
+	if err == nil && len(res) > 1 && res[0] == "newepoch" {
+		k.nudge(keys.tag, res[1])
+	}
 	if err == nil && len(res) > 0 && res[0] == "newepoch" {
 		// A new session, or a Redis that lost its data: a new epoch may
 		// start only once every lease from before a loss has expired.
@@ -243,6 +247,9 @@ func (k *Keeper) Claim(ctx context.Context, sessionKey, attemptID string) (*Leas
 		if len(res) > 1 {
 			cr.Blocker = res[1]
 		}
+		if len(res) > 2 {
+			k.nudge(keys.tag, res[2])
+		}
 		return nil, cr, nil
 	case ClaimDone:
 		if len(res) > 1 {
@@ -254,16 +261,17 @@ func (k *Keeper) Claim(ctx context.Context, sessionKey, attemptID string) (*Leas
 	default:
 		return nil, ClaimResult{}, fmt.Errorf("claim: unexpected reply %q", res)
 	}
-	if len(res) < 4 {
+	if len(res) < 5 {
 		return nil, ClaimResult{}, fmt.Errorf("claim: unexpected reply %q", res)
 	}
+	k.nudge(keys.tag, res[4])
 	if ms, err := strconv.ParseInt(res[2], 10, 64); err == nil {
 		cr.ClaimedAt = time.UnixMilli(ms)
 	}
 	if ms, err := strconv.ParseInt(res[3], 10, 64); err == nil {
 		cr.Accepted = time.UnixMilli(ms)
 	}
-	if fields := res[4:]; len(fields) >= 2 {
+	if fields := res[5:]; len(fields) >= 2 {
 		m := make(map[string]string, len(fields)/2)
 		for i := 0; i+1 < len(fields); i += 2 {
 			m[fields[i]] = fields[i+1]
@@ -293,6 +301,30 @@ func (k *Keeper) Claim(ctx context.Context, sessionKey, attemptID string) (*Leas
 		k.pointReaper(keys.tag, attemptID)
 	}()
 	return l, cr, nil
+}
+
+// nudge points the reapers at the attempts a claim's walk settled
+// (space-separated ids), beside the caller: their index entries may still sit
+// at their queue deadlines (a claim whose reply was lost never moved them).
+func (k *Keeper) nudge(tag, settled string) {
+	if settled == "" {
+		return
+	}
+	ids := strings.Fields(settled)
+	k.pointing.Add(1)
+	go func() {
+		defer k.pointing.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), k.ttl)
+		defer cancel()
+		now := float64(time.Now().UnixMilli())
+		zs := make([]redis.Z, len(ids))
+		for i, id := range ids {
+			zs[i] = redis.Z{Score: now, Member: indexMember(tag, id)}
+		}
+		if err := k.store.rdb.ZAddXX(ctx, ReaperIndexKey, zs...).Err(); err != nil {
+			k.log.WithField("session", tag).Warn("reapers not pointed at the attempts a claim settled; they publish at the queue deadline: " + err.Error())
+		}
+	}()
 }
 
 // pointReaper moves a claimed attempt's reaper index entry to its lease's

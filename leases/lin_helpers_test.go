@@ -643,8 +643,9 @@ func claimWithScript(script *redis.Script) linClaimFunc {
 	return func(ctx context.Context, k *Keeper, session, attemptID string) (linHold, ClaimStatus, error) {
 		keys := keysFor(session)
 		res, err := script.Run(ctx, k.store.rdb,
-			[]string{keys.order(), keys.attempt(attemptID), keys.lease(), keys.fence()},
+			[]string{keys.order(), keys.attempt(attemptID), keys.lease(), keys.fence(), keys.session()},
 			attemptID, k.holder, k.ttl.Milliseconds(), newEpoch(), SeqReservation, keys.prefix(), FinishedTTL.Milliseconds(),
+			newEpoch(), "1", // a claim token; a new epoch may start
 		).StringSlice()
 		if err != nil {
 			return nil, "", err

@@ -148,3 +148,71 @@ func TestReaperRepublishesUnmarkedOutcome(t *testing.T) {
 		t.Fatalf("reap after grace: %+v %v, want the worker's result", r, err)
 	}
 }
+
+// A claim whose reply was lost leaves the attempt claimed with its reaper
+// index entry at the queue deadline (its worker never moved it). A later
+// claim answers done; after the nudge that follows, the reapers find the
+// attempt due at once and settle it worker_lost once the lease is gone.
+func TestNudgeAfterALostClaimReply(t *testing.T) {
+	s := newStore(t)
+	k := newKeeper(t, s, "w1", 5*time.Second, nil)
+	accept(t, s, "s", "a", time.Hour)
+	// The lost reply: the claim ran in Redis, nothing else happened.
+	lost := claimWithScript(claimScript)
+	if _, st, err := lost(ctx, k, "s", "a"); err != nil || st != Claimed {
+		t.Fatalf("claim: %v %s", err, st)
+	}
+	s.rdb.Del(ctx, keysFor("s").lease()) // the lease ran out
+	if due, _ := s.Due(ctx, 10, time.Second); len(due) != 0 {
+		t.Fatalf("due before the nudge: %v (the entry should sit at the queue deadline)", due)
+	}
+	// A redelivery: the claim answers done, and the worker nudges.
+	if _, res, err := k.Claim(ctx, "s", "a"); err != nil || res.Status != ClaimDone {
+		t.Fatalf("second claim: %v %+v, want done", err, res)
+	}
+	if err := s.Nudge(ctx, "s", "a"); err != nil {
+		t.Fatal(err)
+	}
+	due, err := s.Due(ctx, 10, time.Second)
+	if err != nil || len(due) != 1 || due[0].AttemptID != "a" {
+		t.Fatalf("due after the nudge: %v %v, want a", due, err)
+	}
+	r, err := s.Reap(ctx, due[0], time.Second)
+	if err != nil || r.Action != ReapPublish || r.Outcome != string(teamster.CodeWorkerLost) {
+		t.Fatalf("reaped %+v %v, want publish worker_lost", r, err)
+	}
+	// A nudge for an attempt without an entry creates none.
+	if err := s.MarkPublished(ctx, "s", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Nudge(ctx, "s", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := s.IndexLen(ctx); n != 0 {
+		t.Fatalf("index holds %d entries after a nudge of a published attempt", n)
+	}
+}
+
+// The walk of a later claim settles a head whose claim reply was lost
+// (worker_lost); the claim points the reapers at it at once, instead of
+// leaving its index entry at the queue deadline.
+func TestClaimWalkPointsTheReapersAtWhatItSettled(t *testing.T) {
+	s := newStore(t)
+	k := newKeeper(t, s, "w1", 5*time.Second, nil)
+	accept(t, s, "s", "a1", time.Hour)
+	accept(t, s, "s", "a2", time.Hour)
+	lost := claimWithScript(claimScript)
+	if _, st, err := lost(ctx, k, "s", "a1"); err != nil || st != Claimed {
+		t.Fatalf("claim a1: %v %s", err, st)
+	}
+	s.rdb.Del(ctx, keysFor("s").lease()) // a1's lease ran out
+	mustClaim(t, k, "s", "a2")           // walks: a1 is worker_lost; waits for the index update
+	due, err := s.Due(ctx, 10, time.Second)
+	if err != nil || len(due) != 1 || due[0].AttemptID != "a1" {
+		t.Fatalf("due after the walk: %v %v, want a1 alone (a2's entry is at its lease expiry)", due, err)
+	}
+	r, err := s.Reap(ctx, due[0], time.Second)
+	if err != nil || r.Action != ReapPublish || r.Outcome != string(teamster.CodeWorkerLost) {
+		t.Fatalf("reaped %+v %v, want publish worker_lost", r, err)
+	}
+}

@@ -108,16 +108,19 @@ return 1
 // start one (no fence hash: a new session, or a Redis that lost its data)
 // returns {"newepoch"} and claims nothing, so that the caller can first make
 // sure every lease granted before a data loss has expired (see bootScript)
-// Returns {"claimed", fence, now, acceptedAt, field, value, ...} with the
-// session record's fields read under the new lease, {"busy", blocker},
-// {"done", state}, {"expired"} (the queue deadline passed: queue_timeout
-// recorded), {"newepoch"} or {"missing"}.
+// Returns {"claimed", fence, now, acceptedAt, settled, field, value, ...} with
+// the session record's fields read under the new lease, {"busy", blocker,
+// settled}, {"done", state}, {"expired"} (the queue deadline passed:
+// queue_timeout recorded), {"newepoch", settled} or {"missing"}. settled is
+// the space-separated ids of earlier heads the walk settled (queue_timeout,
+// worker_lost): the caller points the reapers at them, since their index
+// entries may still sit at their queue deadlines.
 var claimScript = redis.NewScript(prelude + `
 local now = now_ms()
 local st = redis.call('HMGET', KEYS[2], 'state', 'deadline', 'accepted', 'ctoken', 'fence', 'claimed')
 if not st[1] then return {'missing'} end
 if st[1] == 'claimed' and st[4] == ARGV[8] and redis.call('HGET', KEYS[3], 'fence') == st[5] then
-  local out = {'claimed', st[5], st[6], st[3] or st[6]}
+  local out = {'claimed', st[5], st[6], st[3] or st[6], ''}
   for _, v in ipairs(redis.call('HGETALL', KEYS[5])) do out[#out + 1] = v end
   return out
 end
@@ -127,6 +130,7 @@ if now >= tonumber(st[2]) then
   redis.call('LREM', KEYS[1], 0, ARGV[1])
   return {'expired'}
 end
+local settled = {}
 while true do
   local head = redis.call('LINDEX', KEYS[1], 0)
   if (not head) or head == ARGV[1] then break end
@@ -135,21 +139,22 @@ while true do
   if (not h[1]) or h[1] == 'finished' then
     redis.call('LPOP', KEYS[1])
   elseif h[1] == 'accepted' and now >= tonumber(h[2]) then
-    settle(hk, 'queue_timeout', now, ARGV[7])
+    if settle(hk, 'queue_timeout', now, ARGV[7]) then settled[#settled + 1] = head end
     redis.call('LPOP', KEYS[1])
   elseif h[1] == 'claimed' and redis.call('EXISTS', KEYS[3]) == 0 then
-    settle(hk, 'worker_lost', now, ARGV[7])
+    if settle(hk, 'worker_lost', now, ARGV[7]) then settled[#settled + 1] = head end
     redis.call('LPOP', KEYS[1])
   else
-    return {'busy', head}
+    return {'busy', head, table.concat(settled, ' ')}
   end
 end
+settled = table.concat(settled, ' ')
 if redis.call('EXISTS', KEYS[3]) == 1 then
-  return {'busy', redis.call('HGET', KEYS[3], 'attempt') or ''}
+  return {'busy', redis.call('HGET', KEYS[3], 'attempt') or '', settled}
 end
 local epoch = redis.call('HGET', KEYS[4], 'epoch')
 if not epoch then
-  if ARGV[9] ~= '1' then return {'newepoch'} end
+  if ARGV[9] ~= '1' then return {'newepoch', settled} end
   epoch = ARGV[4]
   redis.call('HSET', KEYS[4], 'epoch', epoch, 'n', 0)
 end
@@ -157,7 +162,7 @@ local fence = epoch .. ':' .. redis.call('HINCRBY', KEYS[4], 'n', 1)
 redis.call('HSET', KEYS[3], 'holder', ARGV[2], 'attempt', ARGV[1], 'fence', fence)
 redis.call('PEXPIRE', KEYS[3], ARGV[3])
 redis.call('HSET', KEYS[2], 'state', 'claimed', 'worker', ARGV[2], 'fence', fence, 'claimed', now, 'seqmax', ARGV[5], 'ctoken', ARGV[8])
-local out = {'claimed', fence, tostring(now), st[3] or tostring(now)}
+local out = {'claimed', fence, tostring(now), st[3] or tostring(now), settled}
 for _, v in ipairs(redis.call('HGETALL', KEYS[5])) do out[#out + 1] = v end
 return out
 `)
