@@ -114,7 +114,8 @@ type Handle struct {
 func (h *Handle) AttemptID() string { return h.Reply.AttemptID }
 
 // Submit submits a prepared attempt on teamster.submit and follows it. The
-// reply subject is a fresh inbox unless the attempt names one. It returns the
+// reply subject is a fresh one under the client's own inbox (served by the
+// client's one events subscription) unless the attempt names one. It returns the
 // handle and, when the router rejected the attempt, the rejection as a
 // *teamster.Error (the handle still carries the reply and its selection
 // record). A fallback reply is not an error: the gateway runs the turn itself.

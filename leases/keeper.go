@@ -58,7 +58,11 @@ type Keeper struct {
 	onLost     func(*Lease, error)
 	quarantine time.Duration
 
-	// pointing counts the reaper index updates sent beside new runs.
+	// Reaper index updates sent beside the claims (moveIndex); pointing
+	// counts the mover goroutine while it runs.
+	movesMu  sync.Mutex
+	moves    []indexMove
+	moving   bool
 	pointing sync.WaitGroup
 
 	mu     sync.Mutex
@@ -295,48 +299,73 @@ func (k *Keeper) Claim(ctx context.Context, sessionKey, attemptID string) (*Leas
 	// sent beside the run, not before it: it is in another slot, so it
 	// cannot join the claim script, and the run need not wait for it (XX: an
 	// entry the finish already removed is not re-created).
-	k.pointing.Add(1)
-	go func() {
-		defer k.pointing.Done()
-		k.pointReaper(keys.tag, attemptID)
-	}()
+	k.moveIndex(indexMove{member: indexMember(keys.tag, attemptID), score: float64(time.Now().Add(k.ttl).UnixMilli())})
 	return l, cr, nil
 }
 
 // nudge points the reapers at the attempts a claim's walk settled
-// (space-separated ids), beside the caller: their index entries may still sit
-// at their queue deadlines (a claim whose reply was lost never moved them).
+// (space-separated ids): their index entries may still sit at their queue
+// deadlines (a claim whose reply was lost never moved them).
 func (k *Keeper) nudge(tag, settled string) {
-	if settled == "" {
-		return
+	now := float64(time.Now().UnixMilli())
+	for _, id := range strings.Fields(settled) {
+		k.moveIndex(indexMove{member: indexMember(tag, id), score: now})
 	}
-	ids := strings.Fields(settled)
-	k.pointing.Add(1)
-	go func() {
-		defer k.pointing.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), k.ttl)
-		defer cancel()
-		now := float64(time.Now().UnixMilli())
-		zs := make([]redis.Z, len(ids))
-		for i, id := range ids {
-			zs[i] = redis.Z{Score: now, Member: indexMember(tag, id)}
-		}
-		if err := k.store.rdb.ZAddXX(ctx, ReaperIndexKey, zs...).Err(); err != nil {
-			k.log.WithField("session", tag).Warn("reapers not pointed at the attempts a claim settled; they publish at the queue deadline: " + err.Error())
-		}
-	}()
 }
 
-// pointReaper moves a claimed attempt's reaper index entry to its lease's
-// expiry.
-func (k *Keeper) pointReaper(tag, attemptID string) {
-	ctx, cancel := context.WithTimeout(context.Background(), k.ttl)
-	defer cancel()
-	if err := k.store.rdb.ZAddXX(ctx, ReaperIndexKey, redis.Z{
-		Score: float64(time.Now().Add(k.ttl).UnixMilli()), Member: indexMember(tag, attemptID),
-	}).Err(); err != nil {
-		k.log.WithFields(logrus.Fields{"session": tag, "attempt": attemptID}).
-			Warn("reaper index not updated after claim; worker_lost detection waits for the queue deadline: " + err.Error())
+// indexMove is one reaper index update: ZADD XX score member.
+type indexMove struct {
+	member string
+	score  float64
+}
+
+// maxIndexBatch bounds the members of one ZADD.
+const maxIndexBatch = 1000
+
+// moveIndex queues reaper index updates, sent beside the caller by one mover
+// goroutine at a time: whatever is queued when it is free goes in one ZADD
+// XX, so a burst of claims costs a few round trips and one goroutine, not
+// one of each per claim. XX: an entry already removed (published) is never
+// re-created.
+func (k *Keeper) moveIndex(m indexMove) {
+	k.movesMu.Lock()
+	k.moves = append(k.moves, m)
+	start := !k.moving
+	k.moving = true
+	k.movesMu.Unlock()
+	if start {
+		k.pointing.Add(1)
+		go k.mover()
+	}
+}
+
+// mover sends the queued index updates until none is left.
+func (k *Keeper) mover() {
+	defer k.pointing.Done()
+	for {
+		k.movesMu.Lock()
+		batch := k.moves
+		if len(batch) > maxIndexBatch {
+			batch, k.moves = batch[:maxIndexBatch:maxIndexBatch], batch[maxIndexBatch:]
+		} else {
+			k.moves = nil
+		}
+		if len(batch) == 0 {
+			k.moving = false
+			k.movesMu.Unlock()
+			return
+		}
+		k.movesMu.Unlock()
+		zs := make([]redis.Z, len(batch))
+		for i, m := range batch {
+			zs[i] = redis.Z{Score: m.score, Member: m.member}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), k.ttl)
+		err := k.store.rdb.ZAddXX(ctx, ReaperIndexKey, zs...).Err()
+		cancel()
+		if err != nil {
+			k.log.WithField("entries", len(batch)).Warn("reaper index not updated (claimed attempts are found at their queue deadline instead of their lease expiry): " + err.Error())
+		}
 	}
 }
 

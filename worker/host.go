@@ -51,9 +51,10 @@ func (r *run) publishEvent(seq int64, eventType string, data []byte) {
 	}
 }
 
-// subscribe serves the run's cancel and inject subjects while it runs. The
-// subscriptions deliver into the worker's one run-message channel (no
-// goroutine per subscription); dispatchRunMsgs routes them to the run.
+// subscribe serves the run's subjects (teamster.run.<attemptId>.*: cancel and
+// inject) while it runs, with one subscription that delivers into the
+// worker's one run-message channel (no goroutine per subscription);
+// dispatchRunMsgs routes the messages to the run.
 func (r *run) subscribe() error {
 	subj, err := bus.RunSubjects(r.attempt.AttemptID)
 	if err != nil {
@@ -110,7 +111,7 @@ func (r *run) unsubscribe() {
 	r.unsubscribeLocked()
 }
 
-// unsubscribeLocked drops the run's subscriptions; r.mu is held.
+// unsubscribeLocked drops the run's subscription; r.mu is held.
 func (r *run) unsubscribeLocked() {
 	if r.sub != nil {
 		_ = r.sub.Unsubscribe()
