@@ -45,7 +45,7 @@ injection event on the attempt's reply subject) or rejected with its code.`,
 				req.AuthorityKind = bus.AuthoritySourceBound
 				req.Source = &bus.SourceRef{ID: id, Generation: n}
 			}
-			return withClient(common, func(ctx context.Context, c *client.Client) error {
+			return withClient(common, cliTimeout, func(ctx context.Context, c *client.Client) error {
 				rep, err := c.Inject(ctx, req)
 				if err != nil {
 					return &exitError{1, err}
@@ -76,7 +76,7 @@ above every revoked generation.`,
 			if err != nil {
 				return fmt.Errorf("generation %q: %w", args[1], err)
 			}
-			return withClient(common, func(ctx context.Context, c *client.Client) error {
+			return withClient(common, cliTimeout, func(ctx context.Context, c *client.Client) error {
 				if err := c.GrantSource(ctx, args[0], gen); err != nil {
 					return &exitError{1, err}
 				}
@@ -96,7 +96,7 @@ current one: its source-bound input still in flight is dropped with
 source_revoked, and a new grant must carry a higher generation.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withClient(common, func(ctx context.Context, c *client.Client) error {
+			return withClient(common, cliTimeout, func(ctx context.Context, c *client.Client) error {
 				if err := c.RevokeSource(ctx, args[0]); err != nil {
 					return &exitError{1, err}
 				}
@@ -107,8 +107,11 @@ source_revoked, and a new grant must carry a higher generation.`,
 	}
 }
 
-// withClient connects, runs f with a 15 s deadline, and disconnects.
-func withClient(common *cmdutil.Common, f func(ctx context.Context, c *client.Client) error) error {
+// cliTimeout bounds a CLI request to the fleet.
+const cliTimeout = 15 * time.Second
+
+// withClient connects, runs f with deadline timeout, and disconnects.
+func withClient(common *cmdutil.Common, timeout time.Duration, f func(ctx context.Context, c *client.Client) error) error {
 	nc, err := cliConn(common)
 	if err != nil {
 		return err
@@ -118,7 +121,7 @@ func withClient(common *cmdutil.Common, f func(ctx context.Context, c *client.Cl
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	return f(ctx, c)
 }

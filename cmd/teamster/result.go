@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/teamster-fleet/teamster/bus"
 	"github.com/teamster-fleet/teamster/client"
 	"github.com/teamster-fleet/teamster/internal/cmdutil"
 )
@@ -27,25 +28,15 @@ client is still connected. With --wait it waits for the result to appear.
 Exit codes: 0 an ok result; 1 no result (or an error); 2 a result that is not ok.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			log, err := common.Logger()
-			if err != nil {
+			var res *bus.Result
+			err := withClient(common, max(wait, 10*time.Second), func(ctx context.Context, c *client.Client) error {
+				var err error
+				res, err = c.Result(ctx, args[0])
+				if errors.Is(err, client.ErrNoResult) && wait > 0 {
+					res, err = c.WaitResult(ctx, args[0])
+				}
 				return err
-			}
-			nc, err := common.ConnectNATS("teamster-cli", log)
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			c, err := client.New(nc)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), max(wait, 10*time.Second))
-			defer cancel()
-			res, err := c.Result(ctx, args[0])
-			if errors.Is(err, client.ErrNoResult) && wait > 0 {
-				res, err = c.WaitResult(ctx, args[0])
-			}
+			})
 			if errors.Is(err, client.ErrNoResult) {
 				return &exitError{1, fmt.Errorf("no result for %s (not finished, unknown, or older than 24 hours)", args[0])}
 			}
@@ -75,22 +66,10 @@ func cancelCmd(common *cmdutil.Common) *cobra.Command {
 status cancelled. An attempt that is not running is no_active_run.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			log, err := common.Logger()
+			err := withClient(common, 10*time.Second, func(ctx context.Context, c *client.Client) error {
+				return c.Cancel(ctx, args[0], reason)
+			})
 			if err != nil {
-				return err
-			}
-			nc, err := common.ConnectNATS("teamster-cli", log)
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			c, err := client.New(nc)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := c.Cancel(ctx, args[0], reason); err != nil {
 				return &exitError{1, err}
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "cancel sent to %s\n", args[0])

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -34,22 +33,10 @@ Delegates can never run them (owner_only).`,
 			Short: op + " a session's record",
 			Args:  cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				log, err := common.Logger()
+				err := withClient(common, cliTimeout, func(ctx context.Context, c *client.Client) error {
+					return c.SessionOp(ctx, op, bus.SessionOp{SessionKey: args[0], SessionID: sessionID})
+				})
 				if err != nil {
-					return err
-				}
-				nc, err := common.ConnectNATS("teamster-cli", log)
-				if err != nil {
-					return err
-				}
-				defer nc.Close()
-				c, err := client.New(nc)
-				if err != nil {
-					return err
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-				defer cancel()
-				if err := c.SessionOp(ctx, op, bus.SessionOp{SessionKey: args[0], SessionID: sessionID}); err != nil {
 					return &exitError{1, err}
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "session %s: %s done\n", args[0], op)
