@@ -141,15 +141,10 @@ func NewBatch(write WriteFunc, o BatchOptions) *Batch {
 // refused with no_active_run. Admitted input gets OnQueueAccepted(true) and,
 // later, exactly one settlement.
 func (b *Batch) Add(text string, opts QueueOptions, assertCurrent AssertFunc, kind Kind) error {
-	var refused *teamster.Error
-	switch kind {
-	case KindRun:
-		refused = teamster.Errorf(teamster.CodeNoActiveRun, "injection: the run no longer accepts this input")
-	case KindSourceBound:
-		refused = teamster.Errorf(teamster.CodeSourceRevoked, "injection: the input's source is no longer authorised")
-	default:
+	refused, invalid := kind.Refusal("injection")
+	if invalid != nil {
 		Refuse(opts)
-		return teamster.Errorf(teamster.CodeInvalidRequest, "injection: authority kind %.40q is not run or source-bound", kind)
+		return invalid
 	}
 	if b.isClosed() {
 		Refuse(opts)

@@ -10,6 +10,8 @@ package injection
 import (
 	"encoding/json"
 	"sync"
+
+	"github.com/teamster-fleet/teamster"
 )
 
 // Kind is the authority an injection carries.
@@ -24,6 +26,20 @@ const (
 	// authorised. It must never be relabelled as ordinary input.
 	KindSourceBound Kind = "source-bound"
 )
+
+// Refusal is the error that refuses input of this kind once its assertion
+// is false: no_active_run for run input, source_revoked for source-bound
+// input. For any other kind it returns instead the invalid_request error to
+// answer at once. who (the backend's name) prefixes the messages.
+func (k Kind) Refusal(who string) (refused *teamster.Error, invalid error) {
+	switch k {
+	case KindRun:
+		return teamster.Errorf(teamster.CodeNoActiveRun, "%s: the run no longer accepts this input", who), nil
+	case KindSourceBound:
+		return teamster.Errorf(teamster.CodeSourceRevoked, "%s: the input's source is no longer authorised", who), nil
+	}
+	return nil, teamster.Errorf(teamster.CodeInvalidRequest, "%s: authority kind %.40q is not run or source-bound", who, string(k))
+}
 
 // Settlement is how a queued input ended.
 type Settlement string

@@ -45,15 +45,10 @@ var _ injection.V2 = (*steerV2)(nil)
 // QueueMessage steers the turn with text; see the package's injection notes.
 // A missing assertion counts as false.
 func (h *steerV2) QueueMessage(text string, opts injection.QueueOptions, assertCurrent injection.AssertFunc, kind injection.Kind) error {
-	var refused *teamster.Error
-	switch kind {
-	case injection.KindRun:
-		refused = teamster.Errorf(teamster.CodeNoActiveRun, "codex: the run no longer accepts this input")
-	case injection.KindSourceBound:
-		refused = teamster.Errorf(teamster.CodeSourceRevoked, "codex: the input's source is no longer authorised")
-	default:
+	refused, invalid := kind.Refusal("codex")
+	if invalid != nil {
 		injection.Refuse(opts)
-		return teamster.Errorf(teamster.CodeInvalidRequest, "codex: authority kind %.40q is not run or source-bound", string(kind))
+		return invalid
 	}
 	if assertCurrent == nil {
 		assertCurrent = func() bool { return false }

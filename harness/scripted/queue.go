@@ -128,15 +128,10 @@ var _ injection.V2 = v2Handle{}
 // rejected and refused with source_revoked (source-bound input) or
 // no_active_run (run input). A missing assertion counts as false.
 func (h v2Handle) QueueMessage(text string, opts injection.QueueOptions, assertCurrent injection.AssertFunc, kind injection.Kind) error {
-	var refused *teamster.Error
-	switch kind {
-	case injection.KindRun:
-		refused = teamster.Errorf(teamster.CodeNoActiveRun, "scripted: the run no longer accepts this input")
-	case injection.KindSourceBound:
-		refused = teamster.Errorf(teamster.CodeSourceRevoked, "scripted: the input's source is no longer authorised")
-	default:
-		settle(opts, injection.Rejected)
-		return teamster.Errorf(teamster.CodeInvalidRequest, "scripted: authority kind %s is not run or source-bound", quote(string(kind)))
+	refused, invalid := kind.Refusal("scripted")
+	if invalid != nil {
+		injection.Refuse(opts)
+		return invalid
 	}
 	if assertCurrent == nil {
 		assertCurrent = func() bool { return false }
