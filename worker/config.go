@@ -135,15 +135,9 @@ func (c *Config) Validate() error {
 // LeaseTTL is the lease TTL.
 func (c *Config) LeaseTTL() time.Duration { return time.Duration(c.LeaseTTLMs) * time.Millisecond }
 
-// NewEpochQuarantine is the quarantine after a Redis data loss (negative:
-// none).
+// NewEpochQuarantine is the quarantine after a Redis data loss, as
+// leases.KeeperParams takes it: 0 for the lease TTL, negative for none.
 func (c *Config) NewEpochQuarantine() time.Duration {
-	switch {
-	case c.NewEpochQuarantineMs < 0:
-		return -1
-	case c.NewEpochQuarantineMs == 0:
-		return c.LeaseTTL()
-	}
 	return time.Duration(c.NewEpochQuarantineMs) * time.Millisecond
 }
 
