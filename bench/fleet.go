@@ -86,8 +86,11 @@ func newRedis(url string, hook redis.Hook) (*redis.Client, error) {
 	return c, nil
 }
 
-func connectNATS(url, name string) (*nats.Conn, error) {
-	return nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+// clientInbox is the inbox prefix of the bench's client connection.
+const clientInbox = "_INBOX.bench"
+
+func connectNATS(url, name string, opts ...nats.Option) (*nats.Conn, error) {
+	return nats.Connect(url, append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}, opts...)...)
 }
 
 func quietLogger() *logrus.Logger {
@@ -133,7 +136,9 @@ func startFleet(ctx context.Context, srv *servers, workers, slots int) (*fleet, 
 		f.close()
 		return nil, err
 	}
-	nc, err := connectNATS(srv.natsURL, "bench-client")
+	// The client's inbox (its one events subscription) is under
+	// clientInbox, where the throughput audit listens too.
+	nc, err := connectNATS(srv.natsURL, "bench-client", nats.CustomInboxPrefix(clientInbox))
 	if err != nil {
 		f.close()
 		return nil, err
@@ -185,6 +190,10 @@ func (f *fleet) startRouter(ctx context.Context) error {
 }
 
 func (f *fleet) startWorker(ctx context.Context, cfg *worker.Config) (*worker.Worker, error) {
+	// The bench's redis-server is its own and fresh: no lease of an earlier
+	// epoch can exist, so no quarantine after its "data loss" (which would
+	// hold every first claim for one lease TTL).
+	cfg.NewEpochQuarantineMs = -1
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
