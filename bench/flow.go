@@ -304,7 +304,8 @@ type throughputRun struct {
 	cpu       time.Duration // this process's CPU during the window
 	redisCPU  time.Duration // redis-server's CPU during the window
 	trips     int64         // Redis round trips of the router and workers during the window
-	kinds     string        // the same by kind, per result
+	cmds      int64         // commands in them
+	kinds     string        // commands by kind, per result
 	redisWait time.Duration // time callers spent in those round trips
 	// machineBusy is how busy all the machine's CPUs were (every process),
 	// in percent.
@@ -318,8 +319,11 @@ type throughputRun struct {
 // result: one event on its reply subject and one durable result.
 func measureThroughput(ctx context.Context, f *fleet, run, sessions int, warm, window time.Duration, profile string) (*throughputRun, error) {
 	progress("throughput: %d sessions in flight, %s warm-up + %s window", sessions, warm, window)
-	prefix := fmt.Sprintf("_INBOX.benchtp%d", run)
-	audit, err := newResultAudit(f.srv.natsURL, prefix)
+	// The attempts use the client's own reply subjects (its one events
+	// subscription), as a gateway does; the audit is a second subscriber
+	// under the client's inbox prefix (it also sees the submit replies,
+	// which it skips).
+	audit, err := newResultAudit(f.srv.natsURL, clientInbox)
 	if err != nil {
 		return nil, err
 	}
@@ -342,9 +346,8 @@ func measureThroughput(ctx context.Context, f *fleet, run, sessions int, warm, w
 		go func() {
 			defer wg.Done()
 			key := fmt.Sprintf("bench:tp%d:%d", run, s)
-			for n := 0; !stop.Load(); n++ {
+			for !stop.Load() {
 				a := echoAttempt(key)
-				a.ReplyTo = fmt.Sprintf("%s.%d.%d", prefix, s, n)
 				rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 				submitted.Add(1)
 				t0 := time.Now()
@@ -414,7 +417,8 @@ func measureThroughput(ctx context.Context, f *fleet, run, sessions int, warm, w
 	}
 	redis1, _ := redisCPU(ctx, rdb)
 	trips := f.rt.trips.Load()
-	kinds := f.rt.breakdown(float64(max(completed, 1)))
+	kinds := f.rt.opBreakdown(float64(max(completed, 1)))
+	cmds := f.rt.cmds.Load()
 	redisWait := time.Duration(f.rt.wait.Load())
 	stopProfile()
 	stop.Store(true)
@@ -427,7 +431,7 @@ func measureThroughput(ctx context.Context, f *fleet, run, sessions int, warm, w
 	}
 
 	tr := &throughputRun{sessions: sessions, completed: completed, window: elapsed, lat: lat, errors: errs, firstErr: firstErr,
-		submitted: int(submitted.Load()), cpu: cpu, redisCPU: redis1 - redis0, trips: trips, kinds: kinds, redisWait: redisWait, machineBusy: machineBusy}
+		submitted: int(submitted.Load()), cpu: cpu, redisCPU: redis1 - redis0, trips: trips, cmds: cmds, kinds: kinds, redisWait: redisWait, machineBusy: machineBusy}
 	// Let the audit's copies of the last result events arrive, then look
 	// for missing and duplicate results.
 	var all []string
@@ -485,11 +489,11 @@ func (tr *throughputRun) row() Row {
 	if tr.completed > 0 {
 		per := time.Duration(int64(tr.cpu) / tr.completed)
 		rper := time.Duration(int64(tr.redisCPU) / tr.completed)
-		note = fmt.Sprintf("CPU per attempt: %s in this process (router, workers, client, NATS server) + %s redis-server; this process used %.0f%% of %d CPUs, the whole machine (every process) %.0f%%; %.1f Redis round trips per attempt; ",
+		note = fmt.Sprintf("CPU per attempt: %s in this process (router, workers, client, NATS server) + %s redis-server; this process used %.0f%% of %d CPUs, the whole machine (every process) %.0f%%; %.1f Redis round trips per attempt (%.1f commands each); ",
 			per.Round(time.Microsecond), rper.Round(time.Microsecond),
 			100*float64(tr.cpu)/float64(tr.window)/float64(runtime.NumCPU()), runtime.NumCPU(), tr.machineBusy,
-			float64(tr.trips)/float64(tr.completed)) + fmt.Sprintf("callers spent %s per attempt in Redis round trips (pool waits included); ",
-			time.Duration(int64(tr.redisWait)/tr.completed).Round(time.Microsecond)) + note + "; Redis round trips per result by kind: " + tr.kinds
+			float64(tr.trips)/float64(tr.completed), float64(tr.cmds)/float64(max(tr.trips, 1))) + fmt.Sprintf("callers spent %s per attempt in Redis round trips (pool waits included); ",
+			time.Duration(int64(tr.redisWait)/tr.completed).Round(time.Microsecond)) + note + "; Redis commands per result by kind: " + tr.kinds
 	}
 	if tr.firstErr != "" {
 		note += "; first error: " + tr.firstErr

@@ -22,7 +22,10 @@ type rtCounter struct {
 	trips atomic.Int64 // round trips
 	cmds  atomic.Int64 // commands, including those inside pipelines
 	wait  atomic.Int64 // nanoseconds callers spent in round trips (pool wait included)
-	kinds sync.Map     // kind -> *atomic.Int64
+	kinds sync.Map     // round trip kind -> *atomic.Int64
+	// ops counts commands by kind (a script by its name): under load one
+	// round trip carries the commands of many operations (leases' batcher).
+	ops sync.Map
 
 	// While record is set, each round trip's duration is kept by kind.
 	record  atomic.Bool
@@ -35,6 +38,7 @@ func (c *rtCounter) reset() {
 	c.cmds.Store(0)
 	c.wait.Store(0)
 	c.kinds.Range(func(k, _ any) bool { c.kinds.Delete(k); return true })
+	c.ops.Range(func(k, _ any) bool { c.ops.Delete(k); return true })
 	c.mu.Lock()
 	c.samples = nil
 	c.mu.Unlock()
@@ -64,9 +68,13 @@ func (c *rtCounter) p50s() string {
 func (c *rtCounter) add(kind string, cmds int) {
 	c.trips.Add(1)
 	c.cmds.Add(int64(cmds))
-	v, ok := c.kinds.Load(kind)
+	count(&c.kinds, kind)
+}
+
+func count(m *sync.Map, kind string) {
+	v, ok := m.Load(kind)
 	if !ok {
-		v, _ = c.kinds.LoadOrStore(kind, new(atomic.Int64))
+		v, _ = m.LoadOrStore(kind, new(atomic.Int64))
 	}
 	v.(*atomic.Int64).Add(1)
 }
@@ -89,13 +97,18 @@ func (c *rtCounter) timed(kind string, f func() error) error {
 }
 
 // breakdown lists round trips by kind divided by per, most frequent first.
-func (c *rtCounter) breakdown(per float64) string {
+func (c *rtCounter) breakdown(per float64) string { return perKind(&c.kinds, per) }
+
+// opBreakdown lists commands by kind divided by per, most frequent first.
+func (c *rtCounter) opBreakdown(per float64) string { return perKind(&c.ops, per) }
+
+func perKind(m *sync.Map, per float64) string {
 	type kv struct {
 		k string
 		n int64
 	}
 	var all []kv
-	c.kinds.Range(func(k, v any) bool {
+	m.Range(func(k, v any) bool {
 		all = append(all, kv{k.(string), v.(*atomic.Int64).Load()})
 		return true
 	})
@@ -123,6 +136,7 @@ func (c *rtCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		kind := cmdKind(cmd)
 		c.add(kind, 1)
+		count(&c.ops, kind)
 		return c.timed(kind, func() error { return next(ctx, cmd) })
 	}
 }
@@ -136,6 +150,7 @@ func (c *rtCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 		var kinds []string
 		for _, cmd := range cmds {
 			k := cmdKind(cmd)
+			count(&c.ops, k)
 			if !seen[k] {
 				seen[k] = true
 				kinds = append(kinds, k)
@@ -162,15 +177,15 @@ func connSetup(cmd redis.Cmder) bool {
 // the keys they are called with. (unaccept shares accept's layout; it runs
 // only when a publish fails, which the report would show as errors.)
 var scriptByKeys = map[string]string{
-	"attempt,order":               "accept",
-	"order,attempt,lease,fence":   "claim",
-	"lease,attempt":               "renew",
-	"order,attempt,lease,session": "finish",
-	"order,attempt,lease":         "abandon",
-	"attempt":                     "markPublished",
-	"lease":                       "release",
-	"lease,session":               "writeSession",
-	"fence":                       "epoch",
+	"attempt,order":                     "accept",
+	"order,attempt,lease,fence,session": "claim",
+	"lease,attempt":                     "renew",
+	"order,attempt,lease,session":       "finish",
+	"order,attempt,lease":               "abandon",
+	"attempt":                           "markPublished",
+	"lease":                             "release",
+	"lease,session":                     "writeSession",
+	"fence":                             "epoch",
 }
 
 // cmdKind is the command's name, or for a script call the script's name.

@@ -44,11 +44,14 @@ const (
 // Store runs teamster's scripts against one Redis (or Redis Cluster: every
 // script stays within one slot).
 type Store struct {
-	rdb redis.UniversalClient
+	rdb   redis.UniversalClient
+	batch *batcher // the hot operations' shared pipelines (batch.go)
 }
 
 // NewStore returns a Store on rdb.
-func NewStore(rdb redis.UniversalClient) *Store { return &Store{rdb: rdb} }
+func NewStore(rdb redis.UniversalClient) *Store {
+	return &Store{rdb: rdb, batch: newBatcher(rdb, maxPipelines)}
+}
 
 // Client is the Redis client the store uses.
 func (s *Store) Client() redis.UniversalClient { return s.rdb }
@@ -131,22 +134,21 @@ func (s *Store) Accept(ctx context.Context, a AcceptArgs) (Accepted, error) {
 	// de-duplication and its result subject are per id), in the same round
 	// trip; a conflict is undone below.
 	idKey := attemptIDKey(a.AttemptID)
-	var claimID *redis.BoolCmd
-	var accept *redis.Cmd
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		claimID = p.SetNX(ctx, idKey, k.tag, ttl)
-		p.ZAddNX(ctx, ReaperIndexKey, member)
-		accept = acceptScript.EvalSha(ctx, p, keys, args...)
-		return nil
-	})
-	if isNoScript(err) {
-		// Redis forgot the script (a restart): the index entry is in, run
-		// the script with its body.
-		accept = acceptScript.Run(ctx, s.rdb, keys, args...)
-		err = accept.Err()
-	}
-	if err != nil {
+	claimID := redis.NewBoolCmd(ctx, "set", idKey, k.tag, "px", ttl.Milliseconds(), "nx")
+	index := redis.NewIntCmd(ctx, "zadd", ReaperIndexKey, "nx", member.Score, member.Member)
+	accept := evalSha(ctx, acceptScript, keys, args...)
+	if err := s.batch.do(ctx, claimID, index, accept); err != nil {
 		return Accepted{}, fmt.Errorf("accept: %w", err)
+	}
+	if isNoScript(accept.Err()) {
+		// Redis forgot the script (a restart): the id and the index entry
+		// are in, run the script with its body.
+		accept = acceptScript.Eval(ctx, s.rdb, keys, args...)
+	}
+	for _, c := range []redis.Cmder{claimID, index, accept} {
+		if err := c.Err(); err != nil {
+			return Accepted{}, fmt.Errorf("accept: %w", err)
+		}
 	}
 	if !claimID.Val() {
 		owner, err := s.rdb.Get(ctx, idKey).Result()
@@ -199,18 +201,19 @@ func (s *Store) MarkPublished(ctx context.Context, sessionKey, attemptID string)
 
 func (s *Store) markPublished(ctx context.Context, tag, attemptID string) error {
 	k := sessionKeys{tag: tag}
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		markPublishedScript.EvalSha(ctx, p, []string{k.attempt(attemptID)})
-		p.ZRem(ctx, ReaperIndexKey, indexMember(tag, attemptID))
-		return nil
-	})
-	if isNoScript(err) {
-		if err := s.Load(ctx); err != nil {
-			return err
-		}
-		return s.markPublished(ctx, tag, attemptID)
+	keys := []string{k.attempt(attemptID)}
+	mark := evalSha(ctx, markPublishedScript, keys)
+	unindex := redis.NewIntCmd(ctx, "zrem", ReaperIndexKey, indexMember(tag, attemptID))
+	if err := s.batch.do(ctx, mark, unindex); err != nil {
+		return err
 	}
-	return err
+	if isNoScript(mark.Err()) {
+		mark = markPublishedScript.Eval(ctx, s.rdb, keys)
+	}
+	if err := mark.Err(); err != nil {
+		return err
+	}
+	return unindex.Err()
 }
 
 // AttemptRecord is an attempt's record as stored.
