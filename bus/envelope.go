@@ -1,9 +1,9 @@
 package bus
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
+	json "github.com/go-json-experiment/json/v1"
 	"strings"
 	"unicode/utf8"
 
