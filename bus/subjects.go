@@ -140,15 +140,6 @@ func RunInjectSubject(attemptID string) (string, error) {
 	return prefixRun + attemptID + ".inject", nil
 }
 
-// RunSubjects is teamster.run.<attemptId>.*: every subject of one run, as
-// the worker running it subscribes to them (one subscription).
-func RunSubjects(attemptID string) (string, error) {
-	if err := CheckID("attemptId", attemptID); err != nil {
-		return "", err
-	}
-	return prefixRun + attemptID + ".*", nil
-}
-
 // RunCancelSubject is teamster.run.<attemptId>.cancel.
 func RunCancelSubject(attemptID string) (string, error) {
 	if err := CheckID("attemptId", attemptID); err != nil {

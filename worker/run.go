@@ -41,7 +41,7 @@ type run struct {
 	usage  map[string]bool
 	tokens int64
 
-	sub *nats.Subscription // teamster.run.<attemptId>.*
+	subs []*nats.Subscription // teamster.run.<attemptId>.inject and .cancel
 	inj injections
 	// session is the session record the claim read under the lease.
 	session *leases.SessionRecord
