@@ -215,7 +215,7 @@ func (w *Worker) handle(msg jetstream.Msg, harnessID string, h *hosted) {
 		r := w.newRun(a, harnessID, h, lease, delegate, log)
 		r.session = res.Session
 		started = true
-		go r.execute()
+		r.execute()
 	}
 }
 

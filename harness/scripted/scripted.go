@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/teamster-fleet/teamster"
@@ -76,11 +77,8 @@ func (h *Harness) artifact() bus.RuntimeArtifact {
 // RunAttempt plays the attempt's script, or echoes its prompt (see the
 // package doc). Every error it returns is a *teamster.Error.
 func (h *Harness) RunAttempt(ctx context.Context, run *harness.Run) (*harness.Outcome, error) {
-	if run == nil || run.Attempt == nil {
-		return nil, failed("the run has no attempt")
-	}
-	if run.Host == nil {
-		return nil, failed("the run has no host")
+	if err := checkRun(run); err != nil {
+		return nil, err
 	}
 	h.record(run, EventStart)
 	q := newQueue()
@@ -88,17 +86,50 @@ func (h *Harness) RunAttempt(ctx context.Context, run *harness.Run) (*harness.Ou
 		q.end()
 		h.record(run, EventEnd)
 	}()
+	// The preparation and the outcome are calls of their own, so that a
+	// turn asleep in a step keeps a small stack (the worker's runtime
+	// shrinks a sleeping goroutine's stack only when little of it is used).
+	p, steps, err := h.prepare(ctx, run, q)
+	if err != nil {
+		return nil, err
+	}
+	for i := range steps {
+		if err := p.mayAct(run, i); err != nil {
+			return nil, err
+		}
+		h.recordStep(run, i)
+		if err := p.play(&steps[i]); err != nil {
+			return nil, err
+		}
+	}
+	return h.outcome(run, p), nil
+}
+
+// checkRun refuses a run without an attempt or a host.
+func checkRun(run *harness.Run) error {
+	if run == nil || run.Attempt == nil {
+		return failed("the run has no attempt")
+	}
+	if run.Host == nil {
+		return failed("the run has no host")
+	}
+	return nil
+}
+
+// prepare checks the run's context and expected artifact, parses the
+// prompt and offers the injection handle.
+func (h *Harness) prepare(ctx context.Context, run *harness.Run, q *queue) (*player, []step, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, ctxError(ctx)
+		return nil, nil, ctxError(ctx)
 	}
 	if want := run.Attempt.ExpectedRuntimeArtifact; want != nil {
 		if err := h.ValidateRuntimeArtifact(ctx, *want); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	steps, err := parsePrompt(run.Attempt.Prompt)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	switch h.m.InjectionLevel() {
 	case selection.InjectionV2:
@@ -106,26 +137,31 @@ func (h *Harness) RunAttempt(ctx context.Context, run *harness.Run) (*harness.Ou
 	case selection.InjectionV1:
 		run.SetInjector(v1Handle{q: q})
 	}
-	p := &player{ctx: ctx, host: run.Host, q: q, out: &harness.Outcome{AssistantTexts: []string{}}}
-	for i, s := range steps {
-		if ctx.Err() != nil {
-			return nil, ctxError(ctx)
-		}
-		if run.Current != nil && !run.Current() {
-			// The lease is gone (a pause past the TTL, say): act no more.
-			return nil, teamster.Errorf(teamster.CodeLeaseLost, "the run's lease is no longer held; stopped before step %d", i)
-		}
-		h.recordStep(run, i)
-		if err := p.play(s); err != nil {
-			return nil, err
-		}
+	return &player{ctx: ctx, host: run.Host, q: q, out: &harness.Outcome{AssistantTexts: []string{}}}, steps, nil
+}
+
+// mayAct says whether step i may act: the run's context is live and its
+// lease still held.
+func (p *player) mayAct(run *harness.Run, i int) error {
+	if p.ctx.Err() != nil {
+		return ctxError(p.ctx)
 	}
+	if run.Current != nil && !run.Current() {
+		// The lease is gone (a pause past the TTL, say): act no more.
+		return teamster.Errorf(teamster.CodeLeaseLost, "the run's lease is no longer held; stopped before step %d", i)
+	}
+	return nil
+}
+
+// outcome completes the played run's outcome: the next native binding and,
+// when asked for, the runtime artifact.
+func (h *Harness) outcome(run *harness.Run, p *player) *harness.Outcome {
 	p.out.NativeSession = nextBinding(run.Binding, run.Attempt.SessionID)
 	if run.Attempt.CaptureRuntimeArtifact {
 		a := h.artifact()
 		p.out.RuntimeArtifact = &a
 	}
-	return p.out, nil
+	return p.out
 }
 
 // recordStep records that step i is about to act (EventStep), after the
@@ -186,37 +222,22 @@ const (
 	agentPlan      = "plan"
 )
 
-// play runs one step.
-func (p *player) play(s step) error {
+// play runs one step. Each kind is a call of its own, so that a turn asleep
+// in a step keeps a small stack.
+func (p *player) play(s *step) error {
 	switch s.kind {
 	case stepSay:
-		if err := p.emit(bus.EventPartial, textData{Text: s.text}); err != nil {
-			return err
-		}
-		p.out.AssistantTexts = append(p.out.AssistantTexts, s.text)
+		return p.say(s.text)
 	case stepReason:
-		if err := p.emit(bus.EventAgent, agentData{Kind: agentReasoning, Text: s.text}); err != nil {
-			return err
-		}
-		p.out.ReasoningText = appendText(p.out.ReasoningText, s.text)
+		return p.agent(agentReasoning, s.text, &p.out.ReasoningText)
 	case stepPlan:
-		if err := p.emit(bus.EventAgent, agentData{Kind: agentPlan, Text: s.text}); err != nil {
-			return err
-		}
-		p.out.PlanText = appendText(p.out.PlanText, s.text)
+		return p.agent(agentPlan, s.text, &p.out.PlanText)
 	case stepSleep:
 		return p.sleep(time.Duration(s.n) * time.Millisecond)
 	case stepTool:
 		return p.tool(s.tool)
 	case stepUsage:
-		p.usage++
-		id := s.responseID
-		if id == "" {
-			id = fmt.Sprintf("resp-%d", p.usage)
-		}
-		if err := p.host.ReportUsage(p.ctx, id, s.n); err != nil {
-			return p.hostError("usage", err)
-		}
+		return p.reportUsage(s)
 	case stepAwaitInjection:
 		return p.awaitInjection(time.Duration(s.n) * time.Millisecond)
 	case stepFail:
@@ -224,6 +245,37 @@ func (p *player) play(s step) error {
 	default:
 		// parseStep admits only the steps above.
 		return failed("unknown step %s", quote(s.kind))
+	}
+}
+
+// say streams a piece of assistant text.
+func (p *player) say(text string) error {
+	if err := p.emit(bus.EventPartial, textData{Text: text}); err != nil {
+		return err
+	}
+	p.out.AssistantTexts = append(p.out.AssistantTexts, text)
+	return nil
+}
+
+// agent streams a piece of reasoning or plan text and adds it to the
+// outcome's.
+func (p *player) agent(kind, text string, to *string) error {
+	if err := p.emit(bus.EventAgent, agentData{Kind: kind, Text: text}); err != nil {
+		return err
+	}
+	*to = appendText(*to, text)
+	return nil
+}
+
+// reportUsage reports a usage step through the host.
+func (p *player) reportUsage(s *step) error {
+	p.usage++
+	id := s.responseID
+	if id == "" {
+		id = fmt.Sprintf("resp-%d", p.usage)
+	}
+	if err := p.host.ReportUsage(p.ctx, id, s.n); err != nil {
+		return p.hostError("usage", err)
 	}
 	return nil
 }
@@ -245,14 +297,20 @@ func (p *player) emit(eventType string, data any) error {
 
 // sleep waits d, or until the context is done.
 func (p *player) sleep(d time.Duration) error {
-	t := time.NewTimer(d)
+	// One channel to wait on, closed by the timer or by the context,
+	// whichever comes first: a turn asleep here keeps a small stack.
+	wake := make(chan struct{})
+	var once sync.Once
+	ring := func() { once.Do(func() { close(wake) }) }
+	t := time.AfterFunc(d, ring)
 	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-p.ctx.Done():
+	stop := context.AfterFunc(p.ctx, ring)
+	defer stop()
+	<-wake
+	if p.ctx.Err() != nil {
 		return ctxError(p.ctx)
 	}
+	return nil
 }
 
 // tool plays a tool step: the tool callback, a tool event, the result text,
