@@ -212,7 +212,7 @@ func (w *Worker) handle(msg jetstream.Msg, harnessID string, h *hosted) {
 		// the claim script answers "done".
 		_ = msg.Ack()
 		delegate := msg.Headers().Get(bus.HeaderDelegate)
-		r := w.newRun(a, harnessID, h, lease, delegate, log)
+		r := w.newRun(a, harnessID, h, lease, delegate)
 		r.session = res.Session
 		started = true
 		r.execute()

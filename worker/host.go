@@ -47,7 +47,7 @@ func (r *run) publishEvent(seq int64, eventType string, data []byte) {
 	}
 	if err := bus.SendEvent(r.w.nc, r.attempt.ReplyTo, &bus.Event{V: bus.Version, AttemptID: r.attempt.AttemptID,
 		Seq: seq, Type: eventType, Data: data}); err != nil {
-		r.log.Debug("event not sent: " + err.Error())
+		r.log().Debug("event not sent: " + err.Error())
 	}
 }
 
@@ -142,7 +142,7 @@ func (r *run) onCancel(m *nats.Msg) {
 	if reason == "" {
 		reason = "cancelled by request"
 	}
-	r.log.WithField("reason", reason).Info("cancel requested")
+	r.log().WithField("reason", reason).Info("cancel requested")
 	r.cancel(teamster.Errorf(teamster.CodeCancelled, "%s", reason))
 	respond(m, bus.OK())
 }
@@ -268,7 +268,7 @@ func (h *host) ReportUsage(ctx context.Context, responseID string, outputTokens 
 		defer cancel()
 		var rep bus.Reply
 		if err := h.call(ctx, bus.HostCallUsage, &bus.UsageReport{V: bus.Version, ResponseID: responseID, OutputTokens: outputTokens}, &rep); err != nil {
-			r.log.Debug("usage not reported to the host: " + err.Error())
+			r.log().Debug("usage not reported to the host: " + err.Error())
 		}
 	}
 	return nil

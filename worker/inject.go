@@ -86,7 +86,7 @@ func (r *run) onInject(m *nats.Msg) {
 // inject admits one item, or refuses it with a code.
 func (r *run) inject(req *bus.InjectRequest) *bus.InjectReply {
 	id := "inj-" + ulid.Make().String()
-	log := r.log.WithFields(logrus.Fields{"injection": id, "kind": req.AuthorityKind})
+	log := r.log().WithFields(logrus.Fields{"injection": id, "kind": req.AuthorityKind})
 	refuse := func(e *teamster.Error) *bus.InjectReply {
 		r.w.m.Injections.WithLabelValues(string(e.Code)).Inc()
 		log.WithField("code", e.Code).Info("injection refused")

@@ -28,7 +28,6 @@ type run struct {
 	h         *hosted
 	lease     *leases.Lease
 	delegate  string
-	log       logrus.FieldLogger
 
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
@@ -49,13 +48,20 @@ type run struct {
 	finishing atomic.Bool
 }
 
-func (w *Worker) newRun(a *bus.Attempt, harnessID string, h *hosted, l *leases.Lease, delegate string, log logrus.FieldLogger) *run {
+func (w *Worker) newRun(a *bus.Attempt, harnessID string, h *hosted, l *leases.Lease, delegate string) *run {
 	ctx, cancel := context.WithCancelCause(w.runCtx)
 	r := &run{w: w, attempt: a, harnessID: harnessID, h: h, lease: l, delegate: delegate, started: time.Now(),
-		log: log.WithField("fence", l.Fence()), ctx: ctx, cancel: cancel,
-		inj: injections{ready: make(chan struct{})}}
+		ctx: ctx, cancel: cancel, inj: injections{ready: make(chan struct{})}}
 	w.addRun(r)
 	return r
+}
+
+// log is the run's logger. Its fields are attached when something is
+// logged, not held by the run: a running turn does not keep a map of log
+// fields (about 0.4 KiB live per turn).
+func (r *run) log() logrus.FieldLogger {
+	return r.w.log.WithFields(logrus.Fields{"attempt": r.attempt.AttemptID, "session": leases.Tag(r.attempt.SessionKey),
+		"harness": r.harnessID, "fence": r.lease.Fence()})
 }
 
 // execute runs the attempt and publishes its one result. It owns one slot.
@@ -125,10 +131,10 @@ func (r *run) prepare() (json.RawMessage, bool) {
 		r.cancel(teamster.AsError(err))
 	}
 	if err := r.subscribe(); err != nil {
-		r.log.Warn("run subjects not subscribed; cancel cannot reach this run: " + err.Error())
+		r.log().Warn("run subjects not subscribed; cancel cannot reach this run: " + err.Error())
 	}
 	_ = r.emit(bus.EventClaimed, bus.ClaimedData{WorkerID: r.w.id, HarnessID: r.harnessID, Fence: r.lease.Fence()})
-	r.log.Debug("claimed")
+	r.log().Debug("claimed")
 
 	// Re-check under the lease: the harness's own Supports.
 	if ok, why := r.h.impl.Supports(r.attempt); !ok {
@@ -142,7 +148,7 @@ func (r *run) prepare() (json.RawMessage, bool) {
 	// the record read under it: this check, not the router's, counts.
 	if r.delegate != "" {
 		if err := r.checkDelegate(rec); err != nil {
-			r.log.WithFields(logrus.Fields{"delegate": r.delegate, "field": delegation.DeniedField(err)}).Info("delegated attempt refused under the lease")
+			r.log().WithFields(logrus.Fields{"delegate": r.delegate, "field": delegation.DeniedField(err)}).Info("delegated attempt refused under the lease")
 			r.finish(r.errorResult(teamster.AsError(err).WithSideEffects(teamster.SideEffectsNone)))
 			return nil, false
 		}
@@ -228,7 +234,7 @@ func (r *run) watchSettlement(ctx context.Context) *settlementWatch {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		w.watchdog = time.AfterFunc(r.attempt.SettlementTimeout(), func() {
-			r.log.Error("the harness did not return within its settlement budget after cancellation; ending the attempt without it")
+			r.log().Error("the harness did not return within its settlement budget after cancellation; ending the attempt without it")
 			r.settleLeftovers()
 			r.finish(r.errorResult(teamster.AsError(context.Cause(ctx))))
 		})
@@ -340,7 +346,7 @@ func (r *run) finish(res *bus.Result) {
 
 	body, err := bus.Encode(res)
 	if err != nil {
-		r.log.Error(err.Error())
+		r.log().Error(err.Error())
 		return
 	}
 	outcome := leases.Outcome{Code: leases.OutcomeOK, Result: body}
@@ -360,12 +366,12 @@ func (r *run) finish(res *bus.Result) {
 	})
 	switch {
 	case err != nil:
-		r.log.Warn("finish failed and the lease is no longer current: " + err.Error())
+		r.log().Warn("finish failed and the lease is no longer current: " + err.Error())
 		r.abandon(ctx, r.leaseLostResult("the worker could not record the outcome before its lease ran out: "+err.Error()))
 	case st == leases.Finished:
 		r.deliver(ctx, body, res.Status)
 	case st == leases.FinishAlready:
-		r.log.Warn("the attempt already had an outcome (the fleet settled it first); this run's result is dropped")
+		r.log().Warn("the attempt already had an outcome (the fleet settled it first); this run's result is dropped")
 	default: // fenced or missing: the lease was lost before the commit
 		r.abandon(ctx, r.leaseLostResult("the lease was lost before the outcome could be committed ("+string(st)+")"))
 	}
@@ -403,7 +409,7 @@ func (r *run) sessionUpdate(res *bus.Result) leases.SessionUpdate {
 func (r *run) abandon(ctx context.Context, res *bus.Result) {
 	body, err := bus.Encode(res)
 	if err != nil {
-		r.log.Error(err.Error())
+		r.log().Error(err.Error())
 		return
 	}
 	var st leases.FinishStatus
@@ -414,15 +420,15 @@ func (r *run) abandon(ctx context.Context, res *bus.Result) {
 	})
 	switch {
 	case err != nil:
-		r.log.Error("could not record the lost run's outcome; the reaper will settle it: " + err.Error())
+		r.log().Error("could not record the lost run's outcome; the reaper will settle it: " + err.Error())
 	case st == leases.Finished:
 		r.deliver(ctx, body, res.Status)
 	case st == leases.FinishMissing:
 		// Redis lost the record: the durable stream alone decides.
-		r.log.Warn("no record of the attempt any more (Redis lost its data); publishing " + string(res.Error.Code) + " directly")
+		r.log().Warn("no record of the attempt any more (Redis lost its data); publishing " + string(res.Error.Code) + " directly")
 		r.deliverUnrecorded(ctx, body, res.Status)
 	default:
-		r.log.Info("the attempt already had an outcome; this run's " + string(res.Error.Code) + " is dropped")
+		r.log().Info("the attempt already had an outcome; this run's " + string(res.Error.Code) + " is dropped")
 	}
 }
 
@@ -436,7 +442,7 @@ func (r *run) deliver(ctx context.Context, body []byte, status teamster.Status) 
 	}
 	r.sendResult(body, status)
 	if err := r.w.store.MarkPublished(ctx, r.attempt.SessionKey, r.attempt.AttemptID); err != nil {
-		r.log.Warn("result not marked published (the reaper will publish it again, harmlessly): " + err.Error())
+		r.log().Warn("result not marked published (the reaper will publish it again, harmlessly): " + err.Error())
 	}
 }
 
@@ -460,9 +466,9 @@ func (r *run) publishDurable(ctx context.Context, body []byte) bool {
 	})
 	switch {
 	case errors.Is(err, bus.ErrResultExists):
-		r.log.Warn("another result was published first; this one is dropped")
+		r.log().Warn("another result was published first; this one is dropped")
 	case err != nil:
-		r.log.Error("durable result not published: " + err.Error())
+		r.log().Error("durable result not published: " + err.Error())
 	}
 	return err == nil
 }
