@@ -26,6 +26,12 @@ const (
 	nakBase      = 20 * time.Millisecond
 	nakCap       = 500 * time.Millisecond
 	claimTimeout = 10 * time.Second
+	// maxClaiming is how many fetched attempts a worker claims at once. A
+	// worker with thousands of free slots that fetches a burst would
+	// otherwise start a goroutine per message, each waiting on Redis; the
+	// claims share pipelines (leases' batcher), so a few hundred at once
+	// keep Redis as busy as thousands would.
+	maxClaiming = 256
 )
 
 // pollersPerHarness is how many pollers each hosted harness runs.
@@ -102,7 +108,7 @@ func (w *Worker) take(ctx context.Context, harnessID string, h *hosted, n int, f
 			continue
 		}
 		got++
-		if ctx.Err() != nil {
+		if !w.startClaim(ctx) {
 			// Stopped fetching (drain) after the fetch was sent: give the
 			// message back at once.
 			_ = msg.Nak()
@@ -112,6 +118,7 @@ func (w *Worker) take(ctx context.Context, harnessID string, h *hosted, n int, f
 		w.fetchers.Add(1)
 		go func() {
 			defer w.fetchers.Done()
+			defer func() { <-w.claiming }()
 			w.handle(msg, harnessID, h)
 		}()
 	}
@@ -123,6 +130,20 @@ func (w *Worker) take(ctx context.Context, harnessID string, h *hosted, n int, f
 }
 
 func (w *Worker) releaseSlot() { <-w.slots }
+
+// startClaim waits for room among the claims in progress; false when ctx
+// ended (fetching stopped) first.
+func (w *Worker) startClaim(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	select {
+	case w.claiming <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
 
 // nakDelay is the delay before a busy attempt is offered again: exponential
 // in its delivery count, capped at 500 ms, with jitter so that many waiting

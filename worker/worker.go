@@ -87,8 +87,11 @@ type Worker struct {
 	fetchCtx  context.Context
 	stopFetch context.CancelFunc
 	fetchers  sync.WaitGroup
-	idlers    []chan struct{}
-	started   time.Time
+	// claiming bounds the claims in progress (fetched, not yet running or
+	// given back), whatever the number of free slots.
+	claiming chan struct{}
+	idlers   []chan struct{}
+	started  time.Time
 
 	// runCtx is the parent of every run; Kill cancels it.
 	runCtx    context.Context
@@ -122,7 +125,8 @@ func New(p Params) (*Worker, error) {
 	w := &Worker{m: p.Metrics, streams: p.Streams,
 		cfg: p.Config, id: p.Config.WorkerID, nc: p.NATS, js: js, rdb: p.Redis,
 		store: leases.NewStore(p.Redis), log: log, ver: p.Version,
-		harnesses: map[string]*hosted{}, slots: make(chan struct{}, p.Config.Slots), runMsgs: make(chan *nats.Msg, 4096),
+		harnesses: map[string]*hosted{}, slots: make(chan struct{}, p.Config.Slots),
+		claiming: make(chan struct{}, maxClaiming), runMsgs: make(chan *nats.Msg, 4096),
 		state: bus.WorkerStarting, runs: map[string]*run{},
 		done: make(chan struct{}),
 	}
