@@ -101,12 +101,16 @@ type Handle struct {
 	c        *Client
 	sub      *nats.Subscription // when the attempt named its own reply subject
 	unfollow func()             // when the client chose it
-	events   chan bus.Event
 	result   chan *bus.Result
 	mu       sync.Mutex
-	done     bool
-	dropped  int
-	closeMu  sync.Once
+	// events is made by the first call of Events; until then the events are
+	// kept in pending (a submitter that only waits for the result never
+	// pays for a 1,024-event channel: 72 KiB per attempt).
+	events  chan bus.Event
+	pending []bus.Event
+	done    bool
+	dropped int
+	closeMu sync.Once
 }
 
 // AttemptID is the attempt's id (assigned by the router when the submitter
@@ -128,7 +132,7 @@ func (c *Client) submit(ctx context.Context, subject string, a *bus.Attempt) (*H
 	if at.V == 0 {
 		at.V = bus.Version
 	}
-	h := &Handle{c: c, events: make(chan bus.Event, eventBuffer), result: make(chan *bus.Result, 1)}
+	h := &Handle{c: c, result: make(chan *bus.Result, 1)}
 	if at.ReplyTo == "" {
 		subj, err := c.follow(h)
 		if err != nil {
@@ -194,12 +198,19 @@ func (h *Handle) onEvent(m *nats.Msg) {
 		h.done = true
 		h.result <- &r
 	}
-	select {
-	case h.events <- e:
-	default:
+	switch {
+	case h.events == nil && len(h.pending) < eventBuffer:
+		h.pending = append(h.pending, e)
+	case h.events == nil:
 		h.dropped++
+	default:
+		select {
+		case h.events <- e:
+		default:
+			h.dropped++
+		}
 	}
-	if h.done {
+	if h.done && h.events != nil {
 		close(h.events)
 	}
 }
@@ -207,7 +218,21 @@ func (h *Handle) onEvent(m *nats.Msg) {
 // Events delivers the attempt's events in order, the result event last; the
 // channel is closed after the result event. A reader that falls more than
 // 1,024 events behind loses events (Dropped counts them), never the result.
-func (h *Handle) Events() <-chan bus.Event { return h.events }
+func (h *Handle) Events() <-chan bus.Event {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.events == nil {
+		h.events = make(chan bus.Event, eventBuffer)
+		for _, e := range h.pending {
+			h.events <- e // at most eventBuffer: never blocks
+		}
+		h.pending = nil
+		if h.done {
+			close(h.events)
+		}
+	}
+	return h.events
+}
 
 // Dropped is the number of events dropped for a slow reader.
 func (h *Handle) Dropped() int {

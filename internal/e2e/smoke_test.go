@@ -53,3 +53,30 @@ func TestOneAttemptEndToEnd(t *testing.T) {
 		t.Fatalf("session record %+v", rec)
 	}
 }
+
+// Events read only after the result: the handle kept every event (it makes
+// its events channel on the first call of Events), in order, result last,
+// and the channel is closed.
+func TestEventsReadAfterTheResult(t *testing.T) {
+	f := fleettest.Start(t, fleettest.Options{Workers: 1})
+	h := submit(t, f, fleettest.Attempt("sess-late", fleettest.Script(`{"say":"one"}`, `{"say":"two"}`)))
+	r := result(t, h)
+	var types []string
+	var seqs []int64
+	for e := range h.Events() {
+		types = append(types, e.Type)
+		seqs = append(seqs, e.Seq)
+	}
+	want := []string{bus.EventClaimed, bus.EventPartial, bus.EventPartial, bus.EventResult}
+	if len(types) != len(want) {
+		t.Fatalf("events %v, want %v", types, want)
+	}
+	for i := range want {
+		if types[i] != want[i] || seqs[i] != int64(i+1) {
+			t.Fatalf("events %v (seqs %v), want %v in seq order 1..%d", types, seqs, want, len(want))
+		}
+	}
+	if r.Status != teamster.StatusOK || h.Dropped() != 0 {
+		t.Fatalf("result %s, %d events dropped", r.Status, h.Dropped())
+	}
+}
