@@ -221,10 +221,10 @@ func (k *Keeper) Claim(ctx context.Context, sessionKey, attemptID string) (*Leas
 		allow = "1"
 	}
 	res, err := claim(allow)
-	if err == nil && len(res) > 1 && res[0] == "newepoch" {
-		k.nudge(keys.tag, res[1])
-	}
 	if err == nil && len(res) > 0 && res[0] == "newepoch" {
+		if len(res) > 1 {
+			k.nudge(keys.tag, res[1])
+		}
 		// A new session, or a Redis that lost its data: a new epoch may
 		// start only once every lease from before a loss has expired.
 		wait, berr := bootScript.Run(ctx, k.store.rdb, []string{BootKey}, k.quarantine.Milliseconds()).Int64()
@@ -255,12 +255,19 @@ func (k *Keeper) Claim(ctx context.Context, sessionKey, attemptID string) (*Leas
 			k.nudge(keys.tag, res[2])
 		}
 		return nil, cr, nil
-	case ClaimDone:
+	case ClaimDone, ClaimExpired:
 		if len(res) > 1 {
 			cr.State = res[1]
 		}
+		// Claimed before (a redelivery), finished, or past its queue
+		// deadline: point the reapers at it now. When an earlier claim's
+		// reply was lost, its worker never moved the index entry off the
+		// queue deadline, and the outcome would wait for it to be published.
+		// The reaper decides from the record; XX creates no entry for an
+		// attempt already published.
+		k.nudge(keys.tag, attemptID)
 		return nil, cr, nil
-	case ClaimExpired, ClaimMissing:
+	case ClaimMissing:
 		return nil, cr, nil
 	default:
 		return nil, ClaimResult{}, fmt.Errorf("claim: unexpected reply %q", res)
@@ -303,9 +310,10 @@ func (k *Keeper) Claim(ctx context.Context, sessionKey, attemptID string) (*Leas
 	return l, cr, nil
 }
 
-// nudge points the reapers at the attempts a claim's walk settled
-// (space-separated ids): their index entries may still sit at their queue
-// deadlines (a claim whose reply was lost never moved them).
+// nudge points the reapers at the attempts named (space-separated ids): a
+// claim's walk settled them, or the claim found one claimed or settled
+// before. Their index entries may still sit at their queue deadlines (a
+// claim whose reply was lost never moved them).
 func (k *Keeper) nudge(tag, settled string) {
 	now := float64(time.Now().UnixMilli())
 	for _, id := range strings.Fields(settled) {

@@ -15,19 +15,6 @@ type DueEntry struct {
 	AttemptID string
 }
 
-// Nudge makes the reapers look at an attempt now, if it still has an index
-// entry. A worker calls it when a claim answers that the attempt was claimed
-// or settled before: when that earlier claim's reply was lost (a partition),
-// its worker never pointed the reaper at the lease's expiry, and without a
-// nudge the outcome would wait for the queue deadline to be published. The
-// reaper decides from the record, so a nudge for a live lease only makes it
-// look again at the lease's expiry.
-func (s *Store) Nudge(ctx context.Context, sessionKey, attemptID string) error {
-	return s.rdb.ZAddXX(ctx, ReaperIndexKey, redis.Z{
-		Score: float64(time.Now().UnixMilli()), Member: indexMember(Tag(sessionKey), attemptID),
-	}).Err()
-}
-
 // Due hands out up to limit reaper index entries that are due, hiding each from
 // other reapers for visibility. Several routers may call it at once; each entry
 // goes to one of them per window.

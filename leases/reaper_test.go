@@ -149,47 +149,61 @@ func TestReaperRepublishesUnmarkedOutcome(t *testing.T) {
 	}
 }
 
-// A claim whose reply was lost leaves the attempt claimed with its reaper
-// index entry at the queue deadline (its worker never moved it). A later
-// claim answers done; after the nudge that follows, the reapers find the
-// attempt due at once and settle it worker_lost once the lease is gone.
-func TestNudgeAfterALostClaimReply(t *testing.T) {
-	s := newStore(t)
-	k := newKeeper(t, s, "w1", 5*time.Second, nil)
-	accept(t, s, "s", "a", time.Hour)
-	// The lost reply: the claim ran in Redis, nothing else happened.
-	lost := claimWithScript(claimScript)
-	if _, st, err := lost(ctx, k, "s", "a"); err != nil || st != Claimed {
-		t.Fatalf("claim: %v %s", err, st)
+// lostClaim claims attempt as a worker whose claim reply was lost: the claim
+// ran in Redis and nothing else happened (no lease held, no reaper index
+// move); then the lease runs out.
+func lostClaim(t *testing.T, k *Keeper, session, attempt string) {
+	t.Helper()
+	if _, st, err := claimWithScript(claimScript)(ctx, k, session, attempt); err != nil || st != Claimed {
+		t.Fatalf("claim %s: %v %s", attempt, err, st)
 	}
-	s.rdb.Del(ctx, keysFor("s").lease()) // the lease ran out
-	if due, _ := s.Due(ctx, 10, time.Second); len(due) != 0 {
-		t.Fatalf("due before the nudge: %v (the entry should sit at the queue deadline)", due)
-	}
-	// A redelivery: the claim answers done, and the worker nudges.
-	if _, res, err := k.Claim(ctx, "s", "a"); err != nil || res.Status != ClaimDone {
-		t.Fatalf("second claim: %v %+v, want done", err, res)
-	}
-	if err := s.Nudge(ctx, "s", "a"); err != nil {
-		t.Fatal(err)
-	}
+	k.store.rdb.Del(ctx, keysFor(session).lease())
+}
+
+// reapsWorkerLost checks that attempt alone is due and that reaping it
+// publishes worker_lost.
+func reapsWorkerLost(t *testing.T, s *Store, attempt string) {
+	t.Helper()
 	due, err := s.Due(ctx, 10, time.Second)
-	if err != nil || len(due) != 1 || due[0].AttemptID != "a" {
-		t.Fatalf("due after the nudge: %v %v, want a", due, err)
+	if err != nil || len(due) != 1 || due[0].AttemptID != attempt {
+		t.Fatalf("due: %v %v, want %s alone", due, err, attempt)
 	}
 	r, err := s.Reap(ctx, due[0], time.Second)
 	if err != nil || r.Action != ReapPublish || r.Outcome != string(teamster.CodeWorkerLost) {
 		t.Fatalf("reaped %+v %v, want publish worker_lost", r, err)
 	}
-	// A nudge for an attempt without an entry creates none.
+}
+
+// A claim whose reply was lost leaves the attempt claimed with its reaper
+// index entry at the queue deadline (its worker never moved it). A later
+// claim answers done and points the reapers at it, which find the attempt
+// due at once and settle it worker_lost once the lease is gone.
+func TestRedeliveredClaimPointsTheReapersAtTheAttempt(t *testing.T) {
+	s := newStore(t)
+	k := newKeeper(t, s, "w1", 5*time.Second, nil)
+	accept(t, s, "s", "a", time.Hour)
+	lostClaim(t, k, "s", "a")
+	if due, _ := s.Due(ctx, 10, time.Second); len(due) != 0 {
+		t.Fatalf("due before the redelivery: %v (the entry should sit at the queue deadline)", due)
+	}
+	// A redelivery: the claim answers done and moves the index entry
+	// (beside the caller; wait for it).
+	if _, res, err := k.Claim(ctx, "s", "a"); err != nil || res.Status != ClaimDone {
+		t.Fatalf("second claim: %v %+v, want done", err, res)
+	}
+	k.pointing.Wait()
+	reapsWorkerLost(t, s, "a")
+	// Another redelivery, of an attempt already published (no index
+	// entry): the claim creates none.
 	if err := s.MarkPublished(ctx, "s", "a"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Nudge(ctx, "s", "a"); err != nil {
-		t.Fatal(err)
+	if _, res, err := k.Claim(ctx, "s", "a"); err != nil || res.Status != ClaimDone {
+		t.Fatalf("third claim: %v %+v, want done", err, res)
 	}
+	k.pointing.Wait()
 	if n, _ := s.IndexLen(ctx); n != 0 {
-		t.Fatalf("index holds %d entries after a nudge of a published attempt", n)
+		t.Fatalf("index holds %d entries after a claim of a published attempt", n)
 	}
 }
 
@@ -201,18 +215,7 @@ func TestClaimWalkPointsTheReapersAtWhatItSettled(t *testing.T) {
 	k := newKeeper(t, s, "w1", 5*time.Second, nil)
 	accept(t, s, "s", "a1", time.Hour)
 	accept(t, s, "s", "a2", time.Hour)
-	lost := claimWithScript(claimScript)
-	if _, st, err := lost(ctx, k, "s", "a1"); err != nil || st != Claimed {
-		t.Fatalf("claim a1: %v %s", err, st)
-	}
-	s.rdb.Del(ctx, keysFor("s").lease()) // a1's lease ran out
-	mustClaim(t, k, "s", "a2")           // walks: a1 is worker_lost; waits for the index update
-	due, err := s.Due(ctx, 10, time.Second)
-	if err != nil || len(due) != 1 || due[0].AttemptID != "a1" {
-		t.Fatalf("due after the walk: %v %v, want a1 alone (a2's entry is at its lease expiry)", due, err)
-	}
-	r, err := s.Reap(ctx, due[0], time.Second)
-	if err != nil || r.Action != ReapPublish || r.Outcome != string(teamster.CodeWorkerLost) {
-		t.Fatalf("reaped %+v %v, want publish worker_lost", r, err)
-	}
+	lostClaim(t, k, "s", "a1")
+	mustClaim(t, k, "s", "a2")  // walks: a1 is worker_lost; waits for the index update
+	reapsWorkerLost(t, s, "a1") // a2's entry is at its lease expiry
 }

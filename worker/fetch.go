@@ -198,13 +198,9 @@ func (w *Worker) handle(msg jetstream.Msg, harnessID string, h *hosted) {
 		_ = msg.NakWithDelay(d)
 	case leases.ClaimDone, leases.ClaimExpired:
 		// Claimed before (a redelivery) or finished; an expired attempt's
-		// queue_timeout is recorded and the reaper publishes it. Point the
-		// reapers at it now: when the earlier claim's reply was lost, its
-		// worker never moved the index entry off the queue deadline.
+		// queue_timeout is recorded. The reapers publish what is due (the
+		// claim pointed them at it).
 		_ = msg.Ack()
-		if err := w.store.Nudge(ctx, a.SessionKey, a.AttemptID); err != nil {
-			log.Debug("reaper not nudged: " + err.Error())
-		}
 	case leases.ClaimMissing:
 		_ = msg.Ack()
 		log.Error("no record of the attempt (Redis lost its data, or the router withdrew it): answering internal")
