@@ -104,10 +104,8 @@ func (w *Worker) dispatchRunMsgs() {
 			respond(m, bus.Rejected(teamster.Errorf(teamster.CodeNoActiveRun, "attempt %s is not running here", id)))
 		case op == "cancel":
 			r.onCancel(m)
-		case op == "inject":
+		default: // inject: a run subscribes only its .cancel and .inject
 			go r.onInject(m)
-		default:
-			respond(m, bus.Rejected(teamster.Errorf(teamster.CodeInvalidRequest, "a run has no operation %q", op)))
 		}
 	}
 }

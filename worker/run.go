@@ -70,7 +70,7 @@ func (r *run) log() logrus.FieldLogger {
 // small: a turn that sleeps in its harness holds the run's stack for as long
 // as it runs, and Go's runtime halves a sleeping goroutine's stack at a
 // garbage collection only when under a quarter of it is in use (make bench,
-// memory: 8 KiB of stack per sleeping turn before, 4 KiB after).
+// memory: 8 KiB of stack in use per sleeping turn before, 4-5.5 KiB after).
 func (r *run) execute() {
 	binding, ok := r.prepare()
 	if !ok {
