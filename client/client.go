@@ -149,25 +149,10 @@ func (c *Client) submit(ctx context.Context, subject string, a *bus.Attempt) (*H
 		h.sub = sub
 		h.mu.Unlock()
 	}
-	body, err := bus.Encode(&at)
-	if err != nil {
-		h.Close()
-		return nil, err
-	}
-	rctx, cancel := withDefaultTimeout(ctx)
-	defer cancel()
-	msg, err := c.nc.RequestWithContext(rctx, subject, body)
-	if err != nil {
-		h.Close()
-		if errors.Is(err, nats.ErrNoResponders) {
-			return nil, teamster.Errorf(teamster.CodeInternal, "no router is serving %s", subject)
-		}
-		return nil, err
-	}
 	var rep bus.SubmitReply
-	if err := bus.Decode(msg.Data, &rep); err != nil {
+	if err := c.request(ctx, subject, nil, &at, &rep); err != nil {
 		h.Close()
-		return nil, fmt.Errorf("submit reply: %w", err)
+		return nil, err
 	}
 	h.mu.Lock()
 	h.Reply = &rep

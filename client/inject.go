@@ -26,7 +26,7 @@ func (c *Client) Inject(ctx context.Context, req bus.InjectRequest) (*bus.Inject
 		req.AuthorityKind = bus.AuthorityRun
 	}
 	var rep bus.InjectReply
-	if err := c.request(ctx, bus.SubjectInject, &req, &rep); err != nil {
+	if err := c.request(ctx, bus.SubjectInject, nil, &req, &rep); err != nil {
 		return nil, err
 	}
 	if rep.Error != nil {
@@ -39,7 +39,7 @@ func (c *Client) Inject(ctx context.Context, req bus.InjectRequest) (*bus.Inject
 // higher than any revoked one).
 func (c *Client) GrantSource(ctx context.Context, id string, generation int64) error {
 	var rep bus.Reply
-	if err := c.request(ctx, bus.SubjectSourceGrant, &bus.SourceGrant{V: bus.Version, ID: id, Generation: generation}, &rep); err != nil {
+	if err := c.request(ctx, bus.SubjectSourceGrant, nil, &bus.SourceGrant{V: bus.Version, ID: id, Generation: generation}, &rep); err != nil {
 		return err
 	}
 	return rep.Err()
@@ -50,21 +50,23 @@ func (c *Client) GrantSource(ctx context.Context, id string, generation int64) e
 // source_revoked.
 func (c *Client) RevokeSource(ctx context.Context, id string) error {
 	var rep bus.Reply
-	if err := c.request(ctx, bus.SubjectSourceRevoke, &bus.SourceRevoke{V: bus.Version, ID: id}, &rep); err != nil {
+	if err := c.request(ctx, bus.SubjectSourceRevoke, nil, &bus.SourceRevoke{V: bus.Version, ID: id}, &rep); err != nil {
 		return err
 	}
 	return rep.Err()
 }
 
-// request sends an envelope to a router subject and decodes the reply.
-func (c *Client) request(ctx context.Context, subject string, req any, rep bus.Envelope) error {
+// request sends an envelope to a router subject (with header, when not nil)
+// and decodes the reply. A request whose context has no deadline is bounded
+// at requestTimeout; no router serving the subject is internal.
+func (c *Client) request(ctx context.Context, subject string, header nats.Header, req any, rep bus.Envelope) error {
 	body, err := bus.Encode(req)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
-	msg, err := c.nc.RequestWithContext(ctx, subject, body)
+	msg, err := c.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: subject, Header: header, Data: body})
 	if errors.Is(err, nats.ErrNoResponders) {
 		return teamster.Errorf(teamster.CodeInternal, "no router is serving %s", subject)
 	}

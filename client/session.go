@@ -2,12 +2,9 @@ package client
 
 import (
 	"context"
-	"errors"
-	"fmt"
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/teamster-fleet/teamster"
 	"github.com/teamster-fleet/teamster/bus"
 )
 
@@ -48,27 +45,13 @@ func (c *Client) sessionOp(ctx context.Context, op string, body bus.SessionOp, d
 		return err
 	}
 	body.V = bus.Version
-	b, err := bus.Encode(&body)
-	if err != nil {
-		return err
-	}
-	msg := nats.NewMsg(subj)
-	msg.Data = b
+	var header nats.Header
 	if delegate != "" {
-		msg.Header.Set(bus.HeaderDelegate, delegate)
+		header = nats.Header{bus.HeaderDelegate: []string{delegate}}
 	}
-	ctx, cancel := withDefaultTimeout(ctx)
-	defer cancel()
-	rep, err := c.nc.RequestMsgWithContext(ctx, msg)
-	if errors.Is(err, nats.ErrNoResponders) {
-		return teamster.Errorf(teamster.CodeInternal, "no router is serving %s", subj)
-	}
-	if err != nil {
+	var rep bus.Reply
+	if err := c.request(ctx, subj, header, &body, &rep); err != nil {
 		return err
 	}
-	var r bus.Reply
-	if err := bus.Decode(rep.Data, &r); err != nil {
-		return fmt.Errorf("session %s reply: %w", op, err)
-	}
-	return r.Err()
+	return rep.Err()
 }
