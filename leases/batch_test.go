@@ -216,3 +216,48 @@ func TestBatchedScriptsSurviveAScriptFlush(t *testing.T) {
 		t.Fatalf("record after the flushes: %+v %v", rec, err)
 	}
 }
+
+// go-redis re-sends a whole pipeline after a network error, and a shared
+// pipeline carries other callers' operations: sending one twice must leave
+// what sending it once does. An accept is appended once, a claim keeps its
+// one fence (its claim token), and the session's fence counter moves once.
+func TestASharedPipelineSentTwiceActsOnce(t *testing.T) {
+	s := newStore(t)
+	accept(t, s, "r2", "r2-a1", time.Minute) // queued, to be claimed in the pipeline
+	k1, k2 := keysFor("r1"), keysFor("r2")
+	cmds := []redis.Cmder{
+		redis.NewBoolCmd(ctx, "set", attemptIDKey("r1-a1"), k1.tag, "px", 60000, "nx"),
+		redis.NewIntCmd(ctx, "zadd", ReaperIndexKey, "nx", 1, indexMember(k1.tag, "r1-a1")),
+		evalSha(ctx, acceptScript, []string{k1.attempt("r1-a1"), k1.order()},
+			"r1-a1", 60000, 120000, "harness", "codex", "replyTo", "_INBOX.x", "reply", `{"v":1}`),
+		evalSha(ctx, claimScript, []string{k2.order(), k2.attempt("r2-a1"), k2.lease(), k2.fence(), k2.session()},
+			"r2-a1", "w1", 5000, newEpoch(), SeqReservation, k2.prefix(), FinishedTTL.Milliseconds(), "tok-1", "1"),
+	}
+	s.batch.exec(ctx, cmds)
+	first, err := cmds[3].(*redis.Cmd).StringSlice()
+	if err != nil || first[0] != "claimed" {
+		t.Fatalf("claim in the first send: %q %v", first, err)
+	}
+	s.batch.exec(ctx, cmds) // the re-send
+	for i, c := range cmds {
+		if c.Err() != nil {
+			t.Fatalf("command %d in the re-send: %v", i, c.Err())
+		}
+	}
+	again, _ := cmds[3].(*redis.Cmd).StringSlice()
+	if again[0] != "claimed" || again[1] != first[1] {
+		t.Fatalf("claim in the re-send %q, want the same claim %q", again, first[1])
+	}
+	if order, _ := s.Order(ctx, "r1"); len(order) != 1 || order[0] != "r1-a1" {
+		t.Fatalf("order of r1 after the re-send: %v, want r1-a1 once", order)
+	}
+	if lease, err := s.LeaseOf(ctx, "r2"); err != nil || lease.Fence != first[1] {
+		t.Fatalf("lease of r2 %+v %v, want fence %s", lease, err, first[1])
+	}
+	if _, n := parseFence(t, first[1]); n != 1 {
+		t.Fatalf("fence %s: the session's first fence should be :1", first[1])
+	}
+	if n, _ := s.rdb.HGet(ctx, k2.fence(), "n").Int(); n != 1 {
+		t.Fatalf("fence counter %d after the re-send, want 1", n)
+	}
+}
