@@ -17,6 +17,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/teamster-fleet/teamster/bus"
+	"github.com/teamster-fleet/teamster/internal/logging"
 	"github.com/teamster-fleet/teamster/internal/metrics"
 	"github.com/teamster-fleet/teamster/leases"
 	"github.com/teamster-fleet/teamster/selection"
@@ -87,7 +88,7 @@ func New(p Params) (*Router, error) {
 	}
 	r := &Router{nc: p.NATS, js: js, store: leases.NewStore(p.Redis), policy: p.Policy, m: p.Metrics, rdb: p.Redis, streams: p.Streams,
 		log: p.Logger.WithField("component", "router"), sem: make(chan struct{}, p.Concurrency)}
-	r.debug = debugEnabled(p.Logger)
+	r.debug = logging.DebugEnabled(p.Logger)
 	r.reaper = newReaper(reaperParams{store: r.store, js: js, nc: p.NATS, interval: p.ReaperInterval, log: r.log, m: p.Metrics})
 	return r, nil
 }
@@ -187,17 +188,5 @@ func (r *Router) LiveWorkers() int {
 
 // Manifests returns the harness manifests live workers advertise now.
 func (r *Router) Manifests() []selection.Manifest { return r.registry.manifests() }
-
-// debugEnabled reports whether l logs at debug level (true when it cannot
-// tell).
-func debugEnabled(l logrus.FieldLogger) bool {
-	switch v := l.(type) {
-	case *logrus.Entry:
-		return v.Logger.IsLevelEnabled(logrus.DebugLevel)
-	case *logrus.Logger:
-		return v.IsLevelEnabled(logrus.DebugLevel)
-	}
-	return true
-}
 
 var errWatchClosed = errors.New("registry watch closed")

@@ -134,7 +134,9 @@ func (r *run) prepare() (json.RawMessage, bool) {
 		r.log().Warn("run subjects not subscribed; cancel cannot reach this run: " + err.Error())
 	}
 	_ = r.emit(bus.EventClaimed, bus.ClaimedData{WorkerID: r.w.id, HarnessID: r.harnessID, Fence: r.lease.Fence()})
-	r.log().Debug("claimed")
+	if r.w.debug {
+		r.log().Debug("claimed")
+	}
 
 	// Re-check under the lease: the harness's own Supports.
 	if ok, why := r.h.impl.Supports(r.attempt); !ok {

@@ -32,6 +32,7 @@ import (
 	"github.com/teamster-fleet/teamster"
 	"github.com/teamster-fleet/teamster/bus"
 	"github.com/teamster-fleet/teamster/harness"
+	"github.com/teamster-fleet/teamster/internal/logging"
 	"github.com/teamster-fleet/teamster/internal/metrics"
 	"github.com/teamster-fleet/teamster/leases"
 )
@@ -71,6 +72,7 @@ type Worker struct {
 	store   *leases.Store
 	keep    *leases.Keeper
 	log     logrus.FieldLogger
+	debug   bool // log logs at debug level
 	ver     string
 	m       *metrics.Worker
 	streams bus.StreamOptions
@@ -124,7 +126,7 @@ func New(p Params) (*Worker, error) {
 	}
 	w := &Worker{m: p.Metrics, streams: p.Streams,
 		cfg: p.Config, id: p.Config.WorkerID, nc: p.NATS, js: js, rdb: p.Redis,
-		store: leases.NewStore(p.Redis), log: log, ver: p.Version,
+		store: leases.NewStore(p.Redis), log: log, debug: logging.DebugEnabled(log), ver: p.Version,
 		harnesses: map[string]*hosted{}, slots: make(chan struct{}, p.Config.Slots),
 		claiming: make(chan struct{}, maxClaiming), runMsgs: make(chan *nats.Msg, 4096),
 		state: bus.WorkerStarting, runs: map[string]*run{},
