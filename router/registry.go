@@ -36,6 +36,12 @@ type registryView struct {
 	lastMsg time.Time
 	w       jetstream.KeyWatcher
 	gen     int // which watch is current
+	// set is the live harnesses prepared for selection, built on first use
+	// after the view changed and kept until an entry in it may expire
+	// (setUntil): submits read it, so they neither copy the entries nor
+	// validate and sort the manifests each time.
+	set      *selection.Harnesses
+	setUntil time.Time
 
 	stopCh chan struct{}
 	wg     sync.WaitGroup
@@ -76,6 +82,7 @@ func (v *registryView) rewatch(ctx context.Context) error {
 				v.gen++
 				gen := v.gen
 				v.w, v.workers, v.lastMsg = w, fresh, time.Now()
+				v.set = nil
 				v.mu.Unlock()
 				if old != nil {
 					_ = old.Stop()
@@ -106,6 +113,7 @@ func (v *registryView) follow(w jetstream.KeyWatcher, gen int) {
 		}
 		apply(v.workers, u, v.log)
 		v.lastMsg = time.Now()
+		v.set = nil
 		v.mu.Unlock()
 	}
 }
@@ -167,11 +175,16 @@ func (v *registryView) stop() {
 func (v *registryView) live() []bus.WorkerEntry {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	trust := time.Since(v.lastMsg) <= staleAfter
+	return v.liveLocked(time.Now())
+}
+
+func (v *registryView) liveLocked(now time.Time) []bus.WorkerEntry {
+	trust := now.Sub(v.lastMsg) <= staleAfter
 	out := make([]bus.WorkerEntry, 0, len(v.workers))
 	for id, s := range v.workers {
-		if trust && time.Since(s.seen) > bus.WorkersTTL {
+		if trust && now.Sub(s.seen) > bus.WorkersTTL {
 			delete(v.workers, id)
+			v.set = nil
 			continue
 		}
 		out = append(out, s.entry)
@@ -182,3 +195,26 @@ func (v *registryView) live() []bus.WorkerEntry {
 // manifests returns every manifest live workers advertise (selection folds
 // duplicates of one id).
 func (v *registryView) manifests() []selection.Manifest { return bus.LiveManifests(v.live()) }
+
+// harnesses returns the live harnesses prepared for selection. While the
+// watch is suspect nothing expires, so the prepared set stays as it is until
+// an update arrives (which rebuilds it).
+func (v *registryView) harnesses() *selection.Harnesses {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	now := time.Now()
+	trust := now.Sub(v.lastMsg) <= staleAfter
+	if v.set != nil && (!trust || !now.After(v.setUntil)) {
+		return v.set
+	}
+	live := v.liveLocked(now)
+	set := selection.NewHarnesses(bus.LiveManifests(live))
+	until := now.Add(bus.WorkersTTL)
+	for _, s := range v.workers {
+		if exp := s.seen.Add(bus.WorkersTTL); exp.Before(until) {
+			until = exp
+		}
+	}
+	v.set, v.setUntil = set, until
+	return set
+}

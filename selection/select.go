@@ -68,8 +68,42 @@ func (d Decision) Embedded() bool { return d.HarnessID == RuntimeOpenClaw }
 // harness_unsupported_route; the returned Decision then carries the runtime,
 // its source and the record, with every candidate's support result.
 func Select(p *Policy, f Facts, registered []Manifest) (Decision, error) {
+	return NewHarnesses(registered).Select(p, f)
+}
+
+// Harnesses is a registry as selection reads it: the valid registered
+// manifests, one per id, in probe order, and the notes about what was
+// ignored. Building it validates and sorts every manifest; a router builds
+// it when its registry view changes, not per attempt.
+type Harnesses struct {
+	list  []Manifest
+	notes []string
+}
+
+// NewHarnesses prepares registered (in any order, with duplicates) for
+// selection.
+func NewHarnesses(registered []Manifest) *Harnesses {
+	list, notes := harnessSet(registered)
+	return &Harnesses{list: list, notes: notes}
+}
+
+// Manifest returns the manifest registered under id.
+func (h *Harnesses) Manifest(id string) (Manifest, bool) {
+	for _, m := range h.list {
+		if m.ID == id {
+			return m, true
+		}
+	}
+	return Manifest{}, false
+}
+
+// List returns the manifests in probe order; the caller must not modify it.
+func (h *Harnesses) List() []Manifest { return h.list }
+
+// Select is the package's Select over these harnesses.
+func (h *Harnesses) Select(p *Policy, f Facts) (Decision, error) {
 	res := p.Resolve(f)
-	harnesses, mnotes := harnessSet(registered)
+	harnesses, mnotes := h.list, h.notes
 
 	rec := Record{
 		Provider:      f.Provider,
