@@ -45,20 +45,21 @@ func (r *Router) submit(m *nats.Msg, delegate string) {
 	if a.AttemptID == "" {
 		a.AttemptID = ulid.Make().String()
 	}
-	log := r.log.WithFields(logrus.Fields{"attempt": a.AttemptID, "session": leases.Tag(a.SessionKey)})
+	// The attempt's log fields are built only when something is logged: an
+	// accepted submit logs nothing below debug level.
+	log := func() logrus.FieldLogger { return r.attemptLog(a, delegate) }
 	if delegate != "" {
-		log = log.WithField("delegate", delegate)
 		if err := r.checkDelegate(delegate, a); err != nil {
-			log.WithField("field", delegation.DeniedField(err)).Info("delegated submit refused")
+			log().WithField("field", delegation.DeniedField(err)).Info("delegated submit refused")
 			r.replySubmit(m, &bus.SubmitReply{V: bus.Version, Status: bus.StatusRejected, AttemptID: a.AttemptID, Error: teamster.AsError(err)})
 			return
 		}
 	}
-	d, err := selection.Select(r.policy, factsOf(a), r.registry.manifests())
+	d, err := r.registry.harnesses().Select(r.policy, factsOf(a))
 	rec := d.Record
 	rec.SessionKey = a.SessionKey
 	if r.debug {
-		logSelection(log, &rec, err)
+		logSelection(log(), &rec, err)
 	}
 	if err != nil {
 		r.replySubmit(m, &bus.SubmitReply{V: bus.Version, Status: bus.StatusRejected, AttemptID: a.AttemptID, Selection: &rec, Error: teamster.AsError(err)})
@@ -94,7 +95,7 @@ func (r *Router) submit(m *nats.Msg, delegate string) {
 		return
 	}
 	if err != nil {
-		log.Error("submit failed: record the attempt: " + err.Error())
+		log().Error("submit failed: record the attempt: " + err.Error())
 		r.replySubmit(m, rejectedInternal(a.AttemptID, "the fleet could not record the attempt"))
 		return
 	}
@@ -104,36 +105,50 @@ func (r *Router) submit(m *nats.Msg, delegate string) {
 		// first submit whose publish failed cannot strand this caller.
 		if acc.State == leases.StateAccepted {
 			if _, err := bus.PublishAttemptBody(ctx, r.js, d.HarnessID, a.AttemptID, attemptBody, r.headers(delegate)); err != nil {
-				log.Warn("resubmit: publish again failed: " + err.Error())
+				log().Warn("resubmit: publish again failed: " + err.Error())
 			}
 		}
-		log.WithField("state", acc.State).Debug("resubmit answered from the record")
+		if r.debug {
+			log().WithField("state", acc.State).Debug("resubmit answered from the record")
+		}
 		r.countSubmit(bus.StatusAccepted, nil)
 		r.respond(m, acc.Reply)
 		return
 	}
 	if _, err := bus.PublishAttemptBody(ctx, r.js, d.HarnessID, a.AttemptID, attemptBody, r.headers(delegate)); err != nil {
-		log.Error("submit failed: publish: " + err.Error())
+		log().Error("submit failed: publish: " + err.Error())
 		ok, uerr := r.store.Unaccept(context.Background(), a.SessionKey, a.AttemptID)
 		switch {
 		case uerr == nil && !ok:
 			// No longer queued: the publish did reach the stream (only its
 			// acknowledgement was lost) and a worker claimed it. The attempt
 			// is accepted; saying otherwise would invite a second submit.
-			log.Warn("the publish was not acknowledged but the attempt was claimed: answering accepted")
+			log().Warn("the publish was not acknowledged but the attempt was claimed: answering accepted")
 			r.countSubmit(bus.StatusAccepted, nil)
 			r.respond(m, replyBody)
 			return
 		case uerr != nil:
-			log.Warn("could not withdraw the unpublished attempt; the reaper will time it out")
+			log().Warn("could not withdraw the unpublished attempt; the reaper will time it out")
 		}
 		r.replySubmit(m, rejectedInternal(a.AttemptID, "the fleet could not confirm the attempt was published; "+
 			"submit it again with the same attemptId to learn its fate (a resubmit never runs it twice)"))
 		return
 	}
-	log.WithField("harness", d.HarnessID).Debug("accepted")
+	if r.debug {
+		log().WithField("harness", d.HarnessID).Debug("accepted")
+	}
 	r.countSubmit(bus.StatusAccepted, nil)
 	r.respond(m, replyBody)
+}
+
+// attemptLog is the logger of one submit: the attempt, the session (hashed,
+// never raw) and the delegate, if any.
+func (r *Router) attemptLog(a *bus.Attempt, delegate string) logrus.FieldLogger {
+	f := logrus.Fields{"attempt": a.AttemptID, "session": leases.Tag(a.SessionKey)}
+	if delegate != "" {
+		f["delegate"] = delegate
+	}
+	return r.log.WithFields(f)
 }
 
 func (r *Router) headers(delegate string) nats.Header {
@@ -232,12 +247,7 @@ func (r *Router) checkDelegate(delegate string, a *bus.Attempt) error {
 	}
 	var pinned selection.Manifest
 	if rec != nil {
-		for _, m := range r.registry.manifests() {
-			if m.ID == rec.AgentHarnessID {
-				pinned = m
-				break
-			}
-		}
+		pinned, _ = r.registry.harnesses().Manifest(rec.AgentHarnessID)
 	}
 	return delegation.Check(a.DelegationRequest(delegate), rec.Delegation(), pinned)
 }

@@ -174,12 +174,15 @@ func (w *Worker) handle(msg jetstream.Msg, harnessID string, h *hosted) {
 		_ = msg.Term()
 		return
 	}
-	log := w.log.WithFields(logrus.Fields{"attempt": a.AttemptID, "session": leases.Tag(a.SessionKey), "harness": harnessID})
+	// Fields built only when something is logged (a claim logs nothing).
+	log := func() logrus.FieldLogger {
+		return w.log.WithFields(logrus.Fields{"attempt": a.AttemptID, "session": leases.Tag(a.SessionKey), "harness": harnessID})
+	}
 	ctx, cancel := context.WithTimeout(w.runCtx, claimTimeout)
 	defer cancel()
 	lease, res, err := w.keep.Claim(ctx, a.SessionKey, a.AttemptID)
 	if err != nil {
-		log.Warn("claim failed; the attempt will be offered again: " + err.Error())
+		log().Warn("claim failed; the attempt will be offered again: " + err.Error())
 		_ = msg.NakWithDelay(nakCap)
 		return
 	}
@@ -203,7 +206,7 @@ func (w *Worker) handle(msg jetstream.Msg, harnessID string, h *hosted) {
 		_ = msg.Ack()
 	case leases.ClaimMissing:
 		_ = msg.Ack()
-		log.Error("no record of the attempt (Redis lost its data, or the router withdrew it): answering internal")
+		log().Error("no record of the attempt (Redis lost its data, or the router withdrew it): answering internal")
 		w.publishOrphan(ctx, a, harnessID, teamster.Errorf(teamster.CodeInternal,
 			"the fleet has no record of this attempt (Redis lost its data); it was not run").WithSideEffects(teamster.SideEffectsNone))
 	case leases.Claimed:
@@ -212,7 +215,7 @@ func (w *Worker) handle(msg jetstream.Msg, harnessID string, h *hosted) {
 			// lease may be gone already. Nothing acted on it, so give the
 			// attempt back for another claim instead of running it.
 			given, err := lease.Unclaim(ctx)
-			log.WithField("given_back", given).Warn("claimed with a lease that was no longer current; not running it")
+			log().WithField("given_back", given).Warn("claimed with a lease that was no longer current; not running it")
 			if err == nil && given {
 				_ = msg.Nak()
 			} else {
