@@ -48,7 +48,7 @@ func benchResult(prompt string) *bus.Result {
 	}
 }
 
-func mustEncode(b *testing.B, v any) []byte {
+func mustEncode(b testing.TB, v any) []byte {
 	b.Helper()
 	body, err := bus.Encode(v)
 	if err != nil {
@@ -112,33 +112,36 @@ func BenchmarkDecodeAttempt(b *testing.B) {
 }
 
 // BenchmarkEncodeClaimedEvent is the first event a worker sends: the data
-// marshalled, then the event around it.
+// marshalled, then the event around it (AppendEvent into a reused buffer, as
+// SendEvent does).
 func BenchmarkEncodeClaimedEvent(b *testing.B) {
 	b.ReportAllocs()
+	var buf []byte
 	for b.Loop() {
 		data, err := json.Marshal(bus.ClaimedData{WorkerID: "w1", HarnessID: "codex", Fence: "550e4757df98ef8a:12"})
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := bus.Encode(&bus.Event{V: bus.Version, AttemptID: "01M8NTV8NGD47D740B0PBXG15Q", Seq: 1, Type: bus.EventClaimed, Data: data}); err != nil {
+		if buf, err = bus.AppendEvent(buf[:0], &bus.Event{V: bus.Version, AttemptID: "01M8NTV8NGD47D740B0PBXG15Q", Seq: 1, Type: bus.EventClaimed, Data: data}); err != nil {
 			b.Fatal(err)
 		}
 	}
 }
 
 // BenchmarkEncodeResult is the worker's result: the body recorded in Redis
-// and published durably, then the result event around it.
+// and published durably, then the result event around it (AppendEvent).
 func BenchmarkEncodeResult(b *testing.B) {
 	for _, sz := range benchSizes {
 		b.Run(sz.name, func(b *testing.B) {
 			r := benchResult(sz.prompt)
 			b.ReportAllocs()
+			var buf []byte
 			for b.Loop() {
 				body, err := bus.Encode(r)
 				if err != nil {
 					b.Fatal(err)
 				}
-				if _, err := bus.Encode(&bus.Event{V: bus.Version, AttemptID: r.AttemptID, Seq: 3, Type: bus.EventResult, Data: body}); err != nil {
+				if buf, err = bus.AppendEvent(buf[:0], &bus.Event{V: bus.Version, AttemptID: r.AttemptID, Seq: 3, Type: bus.EventResult, Data: body}); err != nil {
 					b.Fatal(err)
 				}
 			}

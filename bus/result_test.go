@@ -1,6 +1,7 @@
 package bus_test
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -159,4 +160,38 @@ func TestNewErrorResult(t *testing.T) {
 			t.Fatalf("Err() = %v, want nil", err)
 		}
 	})
+}
+
+// AppendEvent writes what Encode writes, byte for byte, and what it writes
+// decodes back to the event.
+func TestAppendEventMatchesEncode(t *testing.T) {
+	result := mustEncode(t, &bus.Result{V: bus.Version, AttemptID: "01M8NTV8NGD47D740B0PBXG15Q", Status: teamster.StatusOK,
+		HarnessID: "codex", WorkerID: "w1", Fence: "e:1", AssistantTexts: []string{"héllo <b>\"x\"</b>\n"}})
+	events := []*bus.Event{
+		{V: bus.Version, AttemptID: "01M8NTV8NGD47D740B0PBXG15Q", Seq: 1, Type: bus.EventClaimed, Data: []byte(`{"workerId":"w1","harnessId":"codex","fence":"e:1"}`)},
+		{V: bus.Version, AttemptID: "a-1_b", Seq: 9007199254740993, Type: bus.EventResult, Data: result},
+		{V: bus.Version, AttemptID: "a", Seq: 2, Type: bus.EventPartial},
+		// Not valid as identifiers, but the encoder must still be exact.
+		{V: bus.Version, AttemptID: `odd"<id>&\`, Seq: 3, Type: "t\u00e9", Data: []byte(`{}`)},
+	}
+	for _, e := range events {
+		want, err := bus.Encode(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := bus.AppendEvent([]byte("prefix"), e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != "prefix"+string(want) {
+			t.Errorf("AppendEvent(%+v)\n got %s\nwant prefix%s", e, got, want)
+		}
+		var back bus.Event
+		if err := json.Unmarshal(got[len("prefix"):], &back); err != nil {
+			t.Fatalf("decode %s: %v", got, err)
+		}
+		if back.AttemptID != e.AttemptID || back.Seq != e.Seq || back.Type != e.Type || string(back.Data) != string(e.Data) {
+			t.Errorf("round trip of %+v gave %+v", e, back)
+		}
+	}
 }
