@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	jsonv1 "github.com/go-json-experiment/json/v1"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -238,6 +239,8 @@ func newResultAudit(url, prefix string) (*resultAudit, error) {
 		return nil, err
 	}
 	a := &resultAudit{results: map[string]int{}, nc: nc}
+	// The audit runs in the measured process: it skips what is not a result
+	// without decoding, and decodes with the envelopes' codec.
 	a.sub, err = nc.Subscribe(prefix+".>", func(m *nats.Msg) {
 		if !bytes.Contains(m.Data, resultMarker) {
 			return
@@ -246,7 +249,7 @@ func newResultAudit(url, prefix string) (*resultAudit, error) {
 			AttemptID string `json:"attemptId"`
 			Type      string `json:"type"`
 		}
-		if json.Unmarshal(m.Data, &e) != nil || e.Type != bus.EventResult {
+		if jsonv1.Unmarshal(m.Data, &e) != nil || e.Type != bus.EventResult {
 			return
 		}
 		a.mu.Lock()
