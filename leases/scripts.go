@@ -17,6 +17,23 @@ local function now_ms()
 end
 -- settle records a fleet-made outcome (queue_timeout, worker_lost) on an
 -- attempt record that has none yet: first writer wins.
+-- update_record applies field, value pairs from ARGV[first..] to a hash in
+-- two calls: an empty value deletes its field; extra pairs are set after
+-- the update (so they win over a field of the same name).
+local function update_record(key, first, ...)
+  local set, del = {}, {}
+  for i = first, #ARGV, 2 do
+    if ARGV[i + 1] == '' then
+      del[#del + 1] = ARGV[i]
+    else
+      set[#set + 1] = ARGV[i]
+      set[#set + 1] = ARGV[i + 1]
+    end
+  end
+  if #del > 0 then redis.call('HDEL', key, unpack(del)) end
+  for _, v in ipairs({...}) do set[#set + 1] = v end
+  if #set > 0 then redis.call('HSET', key, unpack(set)) end
+end
 local function settle(key, code, now, ttl)
   if redis.call('HEXISTS', key, 'outcome') == 1 then return false end
   redis.call('HSET', key, 'state', 'finished', 'outcome', code, 'finished', now, 'by', 'fleet')
@@ -59,10 +76,7 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
 end
 local now = now_ms()
 local deadline = now + tonumber(ARGV[2])
-redis.call('HSET', KEYS[1], 'state', 'accepted', 'accepted', now, 'deadline', deadline)
-for i = 4, #ARGV, 2 do
-  redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
-end
+redis.call('HSET', KEYS[1], 'state', 'accepted', 'accepted', now, 'deadline', deadline, unpack(ARGV, 4))
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('RPUSH', KEYS[2], ARGV[1])
 return {'accepted', 'accepted', '', tostring(deadline)}
@@ -247,16 +261,7 @@ if st[2] ~= ARGV[2] or redis.call('HGET', KEYS[3], 'fence') ~= ARGV[2] then retu
 local now = now_ms()
 redis.call('HSET', KEYS[2], 'state', 'finished', 'outcome', ARGV[3], 'result', ARGV[4], 'finished', now, 'by', 'worker')
 redis.call('PEXPIRE', KEYS[2], ARGV[5])
-if #ARGV >= 7 then
-  for i = 6, #ARGV, 2 do
-    if ARGV[i + 1] == '' then
-      redis.call('HDEL', KEYS[4], ARGV[i])
-    else
-      redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1])
-    end
-  end
-  redis.call('HSET', KEYS[4], 'fence', ARGV[2], 'updated', now)
-end
+if #ARGV >= 7 then update_record(KEYS[4], 6, 'fence', ARGV[2], 'updated', now) end
 redis.call('LREM', KEYS[1], 0, ARGV[1])
 redis.call('DEL', KEYS[3])
 return 'ok'
@@ -331,14 +336,7 @@ return 1
 // Returns 1 when written, 0 when the lease is not held under fence.
 var writeSessionScript = redis.NewScript(prelude + `
 if redis.call('HGET', KEYS[1], 'fence') ~= ARGV[1] then return 0 end
-for i = 2, #ARGV, 2 do
-  if ARGV[i + 1] == '' then
-    redis.call('HDEL', KEYS[2], ARGV[i])
-  else
-    redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
-  end
-end
-redis.call('HSET', KEYS[2], 'fence', ARGV[1], 'updated', now_ms())
+update_record(KEYS[2], 2, 'fence', ARGV[1], 'updated', now_ms())
 return 1
 `)
 

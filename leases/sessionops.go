@@ -54,14 +54,7 @@ if op == 'reset' then
 elseif op == 'archive' then
   redis.call('HSET', KEYS[2], 'archived', '1', 'modelSelectionLocked', 'false')
 end
-for i = 2, #ARGV, 2 do
-  if ARGV[i + 1] == '' then
-    redis.call('HDEL', KEYS[2], ARGV[i])
-  else
-    redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
-  end
-end
-redis.call('HSET', KEYS[2], 'updated', now_ms())
+update_record(KEYS[2], 2, 'updated', now_ms())
 return {'ok', binding, harness}
 `)
 
