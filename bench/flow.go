@@ -108,7 +108,7 @@ func measureLatency(ctx context.Context, f *fleet, fl *floor, n, warm int, profi
 	hops := fmt.Sprintf("p50: sum of the hops' p50s, p99: sum of their p99s; 1 core request-reply (submit one way + result event one way) + 2 JetStream publish-with-ack (attempt, result) + 1 pull-and-ack + %.0f Redis round trips", redisHops)
 	rows := []Row{
 		Row{Scenario: "teamster: submit→result, 1 in flight", Note: fmt.Sprintf("echo turn, one session, sequential; %s; CPU per attempt in this process %s", phases, cpuPer.Round(time.Microsecond))}.withLatency(total),
-		Row{Scenario: "teamster: submit→accepted reply", Note: "client.Submit alone (router: decode, select, 2 Redis round trips, JetStream publish)"}.withLatency(reply),
+		Row{Scenario: "teamster: submit→accepted reply", Note: "client.Submit alone (router: decode, select, 1 Redis round trip (id, reaper index and accept script in one pipeline), JetStream publish)"}.withLatency(reply),
 		Row{Scenario: "redis round trips per attempt (measured)", Value: ptr(pathTrips), Unit: "trips",
 			Note: fmt.Sprintf("router + worker clients, go-redis hook, renewals excluded: %s; mean time in them per attempt %s (the floor's %.0f round trips at p50: %s); p50 by kind: %s",
 				breakdown, redisWait.Round(time.Microsecond), redisHops, (time.Duration(redisHops) * fl.redis.pct(50)).Round(time.Microsecond), redisP50s)},
