@@ -15,8 +15,6 @@ local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
--- settle records a fleet-made outcome (queue_timeout, worker_lost) on an
--- attempt record that has none yet: first writer wins.
 -- update_record applies field, value pairs from ARGV[first..] to a hash in
 -- two calls: an empty value deletes its field; extra pairs are set after
 -- the update (so they win over a field of the same name).
@@ -34,6 +32,8 @@ local function update_record(key, first, ...)
   for _, v in ipairs({...}) do set[#set + 1] = v end
   if #set > 0 then redis.call('HSET', key, unpack(set)) end
 end
+-- settle records a fleet-made outcome (queue_timeout, worker_lost) on an
+-- attempt record that has none yet: first writer wins.
 local function settle(key, code, now, ttl)
   if redis.call('HEXISTS', key, 'outcome') == 1 then return false end
   redis.call('HSET', key, 'state', 'finished', 'outcome', code, 'finished', now, 'by', 'fleet')

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"slices"
 	"testing"
 	"time"
 
@@ -77,7 +78,7 @@ func waitSet(t *testing.T, v *registryView, want ...string) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		got := ids(v.harnesses())
-		if equal(got, want) {
+		if slices.Equal(got, want) {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -85,18 +86,6 @@ func waitSet(t *testing.T, v *registryView, want ...string) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-func equal(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestPreparedHarnessesFollowTheRegistry(t *testing.T) {
@@ -141,7 +130,7 @@ func TestPreparedHarnessesDropAnEntryThatExpired(t *testing.T) {
 	v.setUntil = s.seen.Add(bus.WorkersTTL)
 	v.lastMsg = time.Now()
 	v.mu.Unlock()
-	if got := ids(v.harnesses()); !equal(got, []string{"claude-cli"}) {
+	if got := ids(v.harnesses()); !slices.Equal(got, []string{"claude-cli"}) {
 		t.Fatalf("prepared harnesses %v after w1 expired, want [claude-cli]", got)
 	}
 
@@ -156,7 +145,7 @@ func TestPreparedHarnessesDropAnEntryThatExpired(t *testing.T) {
 	v.setUntil = time.Now().Add(-time.Second)
 	v.lastMsg = time.Now().Add(-staleAfter - time.Second)
 	v.mu.Unlock()
-	if got := ids(v.harnesses()); !equal(got, []string{"claude-cli", "codex"}) {
+	if got := ids(v.harnesses()); !slices.Equal(got, []string{"claude-cli", "codex"}) {
 		t.Fatalf("prepared harnesses %v while the watch is suspect, want both kept", got)
 	}
 }
