@@ -394,6 +394,21 @@ func TestFinishCommitsEverythingAtOnce(t *testing.T) {
 	if got.NativeBinding != `{"thread":"t2"}` || got.SessionID != "s-1" || got.AgentHarnessID != "codex" {
 		t.Fatalf("session after binding update %+v", got)
 	}
+	// An owner's turn that reports no binding deletes the stored one (an
+	// empty value deletes its field) and writes the rest, under its fence.
+	accept(t, s, "sess", "a3", time.Minute)
+	l3 := mustClaim(t, k, "sess", "a3")
+	rec.SessionID, rec.NativeBinding = "s-2", ""
+	if st, _ := l3.Finish(ctx, Outcome{Code: OutcomeOK, Session: OwnerUpdate(rec)}); st != Finished {
+		t.Fatalf("third finish %s", st)
+	}
+	got, _ = s.Session(ctx, "sess")
+	if got.NativeBinding != "" || got.SessionID != "s-2" || got.StorePath != "/tmp/store" || got.Fence != l3.Fence() {
+		t.Fatalf("session after an owner turn without a binding %+v", got)
+	}
+	if stored, _ := s.rdb.HExists(ctx, keysFor("sess").session(), FieldNativeBinding).Result(); stored {
+		t.Fatal("the nativeBinding field is still stored")
+	}
 }
 
 // The outcome is first-writer-wins: a second finish, a fleet worker_lost after
