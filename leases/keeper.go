@@ -283,11 +283,7 @@ func (k *Keeper) Claim(ctx context.Context, sessionKey, attemptID string) (*Leas
 		cr.Accepted = time.UnixMilli(ms)
 	}
 	if fields := res[5:]; len(fields) >= 2 {
-		m := make(map[string]string, len(fields)/2)
-		for i := 0; i+1 < len(fields); i += 2 {
-			m[fields[i]] = fields[i+1]
-		}
-		cr.Session = sessionFromMap(m)
+		cr.Session = sessionFromPairs(fields)
 	}
 	l := &Lease{k: k, keys: keys, sessionKey: sessionKey, attemptID: attemptID, fence: res[1], done: make(chan struct{}),
 		leaseKey: keys.lease(), attemptKey: keys.attempt(attemptID)}

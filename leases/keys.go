@@ -30,14 +30,17 @@ func Tag(sessionKey string) string {
 	return hex.EncodeToString(sum[:12])
 }
 
-// sessionKeys builds the keys of one session.
-type sessionKeys struct{ tag string }
+// sessionKeys builds the keys of one session. The prefix is made once: a
+// claim alone names five of the session's keys.
+type sessionKeys struct{ tag, pfx string }
 
-func keysFor(sessionKey string) sessionKeys { return sessionKeys{tag: Tag(sessionKey)} }
+func keysFor(sessionKey string) sessionKeys { return keysOfTag(Tag(sessionKey)) }
+
+func keysOfTag(tag string) sessionKeys { return sessionKeys{tag: tag, pfx: keyRoot + "{" + tag + "}:"} }
 
 // prefix is "teamster:{s}:"; scripts derive per-attempt keys of earlier order
 // entries from it, so those keys share the slot by construction.
-func (k sessionKeys) prefix() string                  { return keyRoot + "{" + k.tag + "}:" }
+func (k sessionKeys) prefix() string                  { return k.pfx }
 func (k sessionKeys) lease() string                   { return k.prefix() + "lease" }
 func (k sessionKeys) fence() string                   { return k.prefix() + "fence" }
 func (k sessionKeys) session() string                 { return k.prefix() + "session" }

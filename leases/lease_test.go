@@ -385,8 +385,16 @@ func TestFinishCommitsEverythingAtOnce(t *testing.T) {
 	if a.State != StateFinished || a.Outcome != OutcomeOK || string(a.Result) != `{"ok":true}` {
 		t.Fatalf("attempt record %+v", a)
 	}
+	// The next claim reads the record under its new lease: the same record.
+	l2, res, err := k.Claim(ctx, "sess", "a2")
+	if err != nil || res.Status != Claimed {
+		t.Fatalf("claim a2: %v %s", err, res.Status)
+	}
+	k.pointing.Wait()
+	if res.Session == nil || *res.Session != *got {
+		t.Fatalf("the claim read session record %+v, want %+v", res.Session, got)
+	}
 	// A delegate's turn writes only the binding.
-	l2 := mustClaim(t, k, "sess", "a2")
 	if st, _ := l2.Finish(ctx, Outcome{Code: OutcomeOK, Session: BindingUpdate(`{"thread":"t2"}`)}); st != Finished {
 		t.Fatalf("second finish %s", st)
 	}

@@ -72,7 +72,7 @@ type Reaped struct {
 // writer wins), and republishing of an outcome its writer did not mark
 // published within grace. It reschedules or drops the index entry itself.
 func (s *Store) Reap(ctx context.Context, e DueEntry, grace time.Duration) (Reaped, error) {
-	k := sessionKeys{tag: e.Tag}
+	k := keysOfTag(e.Tag)
 	res, err := reapScript.Run(ctx, s.rdb, []string{k.order(), k.attempt(e.AttemptID), k.lease()},
 		e.AttemptID, grace.Milliseconds(), FinishedTTL.Milliseconds()).StringSlice()
 	if err != nil {

@@ -93,19 +93,49 @@ func (s *Store) Session(ctx context.Context, sessionKey string) (*SessionRecord,
 
 // sessionFromMap reads a session record from its hash fields.
 func sessionFromMap(m map[string]string) *SessionRecord {
-	updated, _ := strconv.ParseInt(m["updated"], 10, 64)
-	return &SessionRecord{
-		SessionKey:           m[FieldSessionKey],
-		SessionID:            m[FieldSessionID],
-		StorePath:            m[FieldStorePath],
-		AgentID:              m[FieldAgentID],
-		ModelSelectionLocked: m[FieldModelSelectionLocked] == "true",
-		AgentHarnessID:       m[FieldAgentHarnessID],
-		OwnerPluginID:        m[FieldOwnerPluginID],
-		NativeBinding:        m[FieldNativeBinding],
-		Archived:             m[FieldArchived] == "1",
-		Fence:                m["fence"],
-		Updated:              time.UnixMilli(updated),
+	r := &SessionRecord{Updated: time.UnixMilli(0)}
+	for f, v := range m {
+		r.set(f, v)
+	}
+	return r
+}
+
+// sessionFromPairs reads a record from HGETALL's field, value list (what the
+// claim script returns), without building a map.
+func sessionFromPairs(kv []string) *SessionRecord {
+	r := &SessionRecord{Updated: time.UnixMilli(0)}
+	for i := 0; i+1 < len(kv); i += 2 {
+		r.set(kv[i], kv[i+1])
+	}
+	return r
+}
+
+// set reads one stored field into the record; unknown fields are ignored.
+func (r *SessionRecord) set(field, v string) {
+	switch field {
+	case FieldSessionKey:
+		r.SessionKey = v
+	case FieldSessionID:
+		r.SessionID = v
+	case FieldStorePath:
+		r.StorePath = v
+	case FieldAgentID:
+		r.AgentID = v
+	case FieldModelSelectionLocked:
+		r.ModelSelectionLocked = v == "true"
+	case FieldAgentHarnessID:
+		r.AgentHarnessID = v
+	case FieldOwnerPluginID:
+		r.OwnerPluginID = v
+	case FieldNativeBinding:
+		r.NativeBinding = v
+	case FieldArchived:
+		r.Archived = v == "1"
+	case "fence":
+		r.Fence = v
+	case "updated":
+		ms, _ := strconv.ParseInt(v, 10, 64)
+		r.Updated = time.UnixMilli(ms)
 	}
 }
 

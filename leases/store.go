@@ -200,7 +200,7 @@ func (s *Store) MarkPublished(ctx context.Context, sessionKey, attemptID string)
 }
 
 func (s *Store) markPublished(ctx context.Context, tag, attemptID string) error {
-	k := sessionKeys{tag: tag}
+	k := keysOfTag(tag)
 	keys := []string{k.attempt(attemptID)}
 	mark := evalSha(ctx, markPublishedScript, keys)
 	unindex := redis.NewIntCmd(ctx, "zrem", ReaperIndexKey, indexMember(tag, attemptID))
@@ -240,7 +240,7 @@ func (s *Store) Attempt(ctx context.Context, sessionKey, attemptID string) (*Att
 }
 
 func (s *Store) attemptByTag(ctx context.Context, tag, attemptID string) (*AttemptRecord, error) {
-	m, err := s.rdb.HGetAll(ctx, sessionKeys{tag: tag}.attempt(attemptID)).Result()
+	m, err := s.rdb.HGetAll(ctx, keysOfTag(tag).attempt(attemptID)).Result()
 	if err != nil {
 		return nil, err
 	}
