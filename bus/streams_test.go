@@ -17,15 +17,7 @@ import (
 func connect(t *testing.T) (*testenv.NATS, *nats.Conn, jetstream.JetStream) {
 	t.Helper()
 	srv := testenv.NewNATS(t)
-	nc, err := srv.Connect(t.Name())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := srv.JetStream(t)
 	return srv, nc, js
 }
 

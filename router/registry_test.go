@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"slices"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/sirupsen/logrus"
 
+	"github.com/teamster-fleet/teamster"
 	"github.com/teamster-fleet/teamster/bus"
 	"github.com/teamster-fleet/teamster/internal/testenv"
 	"github.com/teamster-fleet/teamster/selection"
@@ -22,16 +24,7 @@ import (
 
 func newRegistry(t *testing.T) (jetstream.KeyValue, *registryView) {
 	t.Helper()
-	n := testenv.NewNATS(t)
-	nc, err := n.Connect("registry-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := testenv.NewNATS(t).JetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	kv, err := bus.Setup(ctx, js, bus.StreamOptions{})
@@ -107,6 +100,12 @@ func TestPreparedHarnessesFollowTheRegistry(t *testing.T) {
 
 	putWorker(t, kv, "w2", bus.WorkerStopped, "claude-cli", "codex")
 	waitSet(t, v, "codex")
+	// Fail closed: a session pinned to the harness only the stopped worker
+	// hosted is refused, not switched.
+	pinned := selection.Facts{Provider: "anthropic", ModelID: "m", AgentHarnessID: "claude-cli"}
+	if _, err := v.harnesses().Select(nil, pinned); !errors.Is(err, teamster.ErrHarnessNotRegistered) {
+		t.Fatalf("a pin to a harness no live worker registers: %v, want harness_not_registered", err)
+	}
 
 	if err := kv.Delete(context.Background(), "w1"); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,9 @@ import (
 	"os"
 	"testing"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/teamster-fleet/teamster/internal/redisproc"
 )
 
@@ -108,4 +111,20 @@ func NewNATS(t testing.TB) *NATS {
 	}
 	t.Cleanup(n.Stop)
 	return n
+}
+
+// JetStream connects a client to n for one test (closed when the test ends)
+// and returns it with its JetStream context.
+func (n *NATS) JetStream(t testing.TB) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := n.Connect(t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
 }
