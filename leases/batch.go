@@ -130,11 +130,13 @@ func evalSha(ctx context.Context, sc *redis.Script, keys []string, args ...any) 
 	return cmd
 }
 
-// script runs sc through the batcher; when Redis forgot the script (a
-// restart) it sends it again with its body, alone.
-func (s *Store) script(ctx context.Context, sc *redis.Script, keys []string, args ...any) *redis.Cmd {
+// script runs sc through the batcher, in one pipeline after the commands
+// ahead (each keeps its own result); when Redis forgot the script (a
+// restart) it sends it again with its body, alone. When the pipeline could
+// not be waited for (ctx ended), the script's command carries the error.
+func (s *Store) script(ctx context.Context, ahead []redis.Cmder, sc *redis.Script, keys []string, args ...any) *redis.Cmd {
 	cmd := evalSha(ctx, sc, keys, args...)
-	if err := s.batch.do(ctx, cmd); err != nil {
+	if err := s.batch.do(ctx, append(ahead, cmd)...); err != nil {
 		cmd.SetErr(err)
 		return cmd
 	}

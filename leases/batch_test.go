@@ -157,7 +157,7 @@ func TestOneOperationsErrorStaysItsOwn(t *testing.T) {
 	}
 	var failed error
 	done := make(chan struct{})
-	go func() { defer close(done); failed = x.s.script(ctx, failing, []string{"teamster:{x}:k"}).Err() }()
+	go func() { defer close(done); failed = x.s.script(ctx, nil, failing, []string{"teamster:{x}:k"}).Err() }()
 	var ok Accepted
 	x.goAccept("fine", &ok)
 	waitFor(t, x.s.batch, "both operations to queue", func() bool { return len(x.s.batch.queue) == 2 })

@@ -197,7 +197,7 @@ func (l *Lease) Finish(ctx context.Context, o Outcome) (FinishStatus, error) {
 		return FinishFenced, nil
 	}
 	args := append([]any{l.attemptID, l.fence, o.Code, o.Result, FinishedTTL.Milliseconds()}, o.Session.args()...)
-	st, err := l.k.store.script(ctx, finishScript,
+	st, err := l.k.store.script(ctx, nil, finishScript,
 		[]string{l.keys.order(), l.keys.attempt(l.attemptID), l.keys.lease(), l.keys.session()}, args...).Text()
 	if err != nil {
 		return "", fmt.Errorf("finish: %w", err)

@@ -136,16 +136,8 @@ func (s *Store) Accept(ctx context.Context, a AcceptArgs) (Accepted, error) {
 	idKey := attemptIDKey(a.AttemptID)
 	claimID := redis.NewBoolCmd(ctx, "set", idKey, k.tag, "px", ttl.Milliseconds(), "nx")
 	index := redis.NewIntCmd(ctx, "zadd", ReaperIndexKey, "nx", member.Score, member.Member)
-	accept := evalSha(ctx, acceptScript, keys, args...)
-	if err := s.batch.do(ctx, claimID, index, accept); err != nil {
-		return Accepted{}, fmt.Errorf("accept: %w", err)
-	}
-	if isNoScript(accept.Err()) {
-		// Redis forgot the script (a restart): the id and the index entry
-		// are in, run the script with its body.
-		accept = acceptScript.Eval(ctx, s.rdb, keys, args...)
-	}
-	for _, c := range []redis.Cmder{claimID, index, accept} {
+	accept := s.script(ctx, []redis.Cmder{claimID, index}, acceptScript, keys, args...)
+	for _, c := range []redis.Cmder{accept, claimID, index} {
 		if err := c.Err(); err != nil {
 			return Accepted{}, fmt.Errorf("accept: %w", err)
 		}
@@ -200,16 +192,8 @@ func (s *Store) MarkPublished(ctx context.Context, sessionKey, attemptID string)
 }
 
 func (s *Store) markPublished(ctx context.Context, tag, attemptID string) error {
-	k := keysOfTag(tag)
-	keys := []string{k.attempt(attemptID)}
-	mark := evalSha(ctx, markPublishedScript, keys)
 	unindex := redis.NewIntCmd(ctx, "zrem", ReaperIndexKey, indexMember(tag, attemptID))
-	if err := s.batch.do(ctx, mark, unindex); err != nil {
-		return err
-	}
-	if isNoScript(mark.Err()) {
-		mark = markPublishedScript.Eval(ctx, s.rdb, keys)
-	}
+	mark := s.script(ctx, []redis.Cmder{unindex}, markPublishedScript, []string{keysOfTag(tag).attempt(attemptID)})
 	if err := mark.Err(); err != nil {
 		return err
 	}
