@@ -283,7 +283,7 @@ func (k *Keeper) Claim(ctx context.Context, sessionKey, attemptID string) (*Leas
 		cr.Accepted = time.UnixMilli(ms)
 	}
 	if fields := res[5:]; len(fields) >= 2 {
-		cr.Session = sessionFromPairs(fields)
+		cr.Session = sessionFrom(fieldPairs(fields))
 	}
 	l := &Lease{k: k, keys: keys, sessionKey: sessionKey, attemptID: attemptID, fence: res[1], done: make(chan struct{}),
 		leaseKey: keys.lease(), attemptKey: keys.attempt(attemptID)}

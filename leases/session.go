@@ -2,6 +2,8 @@ package leases
 
 import (
 	"context"
+	"iter"
+	"maps"
 	"strconv"
 	"time"
 
@@ -88,54 +90,52 @@ func (s *Store) Session(ctx context.Context, sessionKey string) (*SessionRecord,
 	if len(m) == 0 {
 		return nil, ErrNotFound
 	}
-	return sessionFromMap(m), nil
+	return sessionFrom(maps.All(m)), nil
 }
 
-// sessionFromMap reads a session record from its hash fields.
-func sessionFromMap(m map[string]string) *SessionRecord {
+// sessionFrom reads a session record from its hash fields: HGETALL's map
+// (maps.All) or the flat field, value list the claim script returns
+// (fieldPairs). Unknown fields are ignored.
+func sessionFrom(fields iter.Seq2[string, string]) *SessionRecord {
 	r := &SessionRecord{Updated: time.UnixMilli(0)}
-	for f, v := range m {
-		r.set(f, v)
+	for field, v := range fields {
+		switch field {
+		case FieldSessionKey:
+			r.SessionKey = v
+		case FieldSessionID:
+			r.SessionID = v
+		case FieldStorePath:
+			r.StorePath = v
+		case FieldAgentID:
+			r.AgentID = v
+		case FieldModelSelectionLocked:
+			r.ModelSelectionLocked = v == "true"
+		case FieldAgentHarnessID:
+			r.AgentHarnessID = v
+		case FieldOwnerPluginID:
+			r.OwnerPluginID = v
+		case FieldNativeBinding:
+			r.NativeBinding = v
+		case FieldArchived:
+			r.Archived = v == "1"
+		case "fence":
+			r.Fence = v
+		case "updated":
+			ms, _ := strconv.ParseInt(v, 10, 64)
+			r.Updated = time.UnixMilli(ms)
+		}
 	}
 	return r
 }
 
-// sessionFromPairs reads a record from HGETALL's field, value list (what the
-// claim script returns), without building a map.
-func sessionFromPairs(kv []string) *SessionRecord {
-	r := &SessionRecord{Updated: time.UnixMilli(0)}
-	for i := 0; i+1 < len(kv); i += 2 {
-		r.set(kv[i], kv[i+1])
-	}
-	return r
-}
-
-// set reads one stored field into the record; unknown fields are ignored.
-func (r *SessionRecord) set(field, v string) {
-	switch field {
-	case FieldSessionKey:
-		r.SessionKey = v
-	case FieldSessionID:
-		r.SessionID = v
-	case FieldStorePath:
-		r.StorePath = v
-	case FieldAgentID:
-		r.AgentID = v
-	case FieldModelSelectionLocked:
-		r.ModelSelectionLocked = v == "true"
-	case FieldAgentHarnessID:
-		r.AgentHarnessID = v
-	case FieldOwnerPluginID:
-		r.OwnerPluginID = v
-	case FieldNativeBinding:
-		r.NativeBinding = v
-	case FieldArchived:
-		r.Archived = v == "1"
-	case "fence":
-		r.Fence = v
-	case "updated":
-		ms, _ := strconv.ParseInt(v, 10, 64)
-		r.Updated = time.UnixMilli(ms)
+// fieldPairs yields a flat field, value list as pairs.
+func fieldPairs(kv []string) iter.Seq2[string, string] {
+	return func(yield func(string, string) bool) {
+		for i := 0; i+1 < len(kv); i += 2 {
+			if !yield(kv[i], kv[i+1]) {
+				return
+			}
+		}
 	}
 }
 
