@@ -175,9 +175,7 @@ func (w *Worker) handle(msg jetstream.Msg, harnessID string, h *hosted) {
 		return
 	}
 	// Fields built only when something is logged (a claim logs nothing).
-	log := func() logrus.FieldLogger {
-		return w.log.WithFields(logrus.Fields{"attempt": a.AttemptID, "session": leases.Tag(a.SessionKey), "harness": harnessID})
-	}
+	log := func() logrus.FieldLogger { return w.attemptLog(a, harnessID) }
 	ctx, cancel := context.WithTimeout(w.runCtx, claimTimeout)
 	defer cancel()
 	lease, res, err := w.keep.Claim(ctx, a.SessionKey, a.AttemptID)
@@ -237,6 +235,12 @@ func (w *Worker) handle(msg jetstream.Msg, harnessID string, h *hosted) {
 		started = true
 		r.execute()
 	}
+}
+
+// attemptLog is the logger of one attempt on this worker: the attempt, the
+// session (hashed, never raw) and the harness.
+func (w *Worker) attemptLog(a *bus.Attempt, harnessID string) logrus.FieldLogger {
+	return w.log.WithFields(logrus.Fields{"attempt": a.AttemptID, "session": leases.Tag(a.SessionKey), "harness": harnessID})
 }
 
 func errString(err error, fallback string) string {

@@ -60,8 +60,7 @@ func (w *Worker) newRun(a *bus.Attempt, harnessID string, h *hosted, l *leases.L
 // logged, not held by the run: a running turn does not keep a map of log
 // fields (about 0.4 KiB live per turn).
 func (r *run) log() logrus.FieldLogger {
-	return r.w.log.WithFields(logrus.Fields{"attempt": r.attempt.AttemptID, "session": leases.Tag(r.attempt.SessionKey),
-		"harness": r.harnessID, "fence": r.lease.Fence()})
+	return r.w.attemptLog(r.attempt, r.harnessID).WithField("fence", r.lease.Fence())
 }
 
 // execute runs the attempt and publishes its one result. It owns one slot.
