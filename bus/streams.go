@@ -140,6 +140,15 @@ func EnsureHarnessConsumer(ctx context.Context, js jetstream.JetStream, harnessI
 	return c, nil
 }
 
+// DelegateHeader is the header that names delegate on a message (nil for
+// the owner: no header).
+func DelegateHeader(delegate string) nats.Header {
+	if delegate == "" {
+		return nil
+	}
+	return nats.Header{HeaderDelegate: []string{delegate}}
+}
+
 // PublishAttempt publishes an attempt to teamster.attempt.<harnessId> with
 // Nats-Msg-Id set to its id, so a resubmit within the duplicate window is
 // stored once. headers may carry extra headers (for example the delegate's

@@ -3,8 +3,6 @@ package client
 import (
 	"context"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/teamster-fleet/teamster/bus"
 )
 
@@ -45,12 +43,8 @@ func (c *Client) sessionOp(ctx context.Context, op string, body bus.SessionOp, d
 		return err
 	}
 	body.V = bus.Version
-	var header nats.Header
-	if delegate != "" {
-		header = nats.Header{bus.HeaderDelegate: []string{delegate}}
-	}
 	var rep bus.Reply
-	if err := c.request(ctx, subj, header, &body, &rep); err != nil {
+	if err := c.request(ctx, subj, bus.DelegateHeader(delegate), &body, &rep); err != nil {
 		return err
 	}
 	return rep.Err()

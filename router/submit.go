@@ -104,7 +104,7 @@ func (r *Router) submit(m *nats.Msg, delegate string) {
 		// publish again: a no-op inside JetStream's duplicate window, and a
 		// first submit whose publish failed cannot strand this caller.
 		if acc.State == leases.StateAccepted {
-			if _, err := bus.PublishAttemptBody(ctx, r.js, d.HarnessID, a.AttemptID, attemptBody, r.headers(delegate)); err != nil {
+			if _, err := bus.PublishAttemptBody(ctx, r.js, d.HarnessID, a.AttemptID, attemptBody, bus.DelegateHeader(delegate)); err != nil {
 				log().Warn("resubmit: publish again failed: " + err.Error())
 			}
 		}
@@ -115,7 +115,7 @@ func (r *Router) submit(m *nats.Msg, delegate string) {
 		r.respond(m, acc.Reply)
 		return
 	}
-	if _, err := bus.PublishAttemptBody(ctx, r.js, d.HarnessID, a.AttemptID, attemptBody, r.headers(delegate)); err != nil {
+	if _, err := bus.PublishAttemptBody(ctx, r.js, d.HarnessID, a.AttemptID, attemptBody, bus.DelegateHeader(delegate)); err != nil {
 		log().Error("submit failed: publish: " + err.Error())
 		ok, uerr := r.store.Unaccept(context.Background(), a.SessionKey, a.AttemptID)
 		switch {
@@ -149,13 +149,6 @@ func (r *Router) attemptLog(a *bus.Attempt, delegate string) logrus.FieldLogger 
 		f["delegate"] = delegate
 	}
 	return r.log.WithFields(f)
-}
-
-func (r *Router) headers(delegate string) nats.Header {
-	if delegate == "" {
-		return nil
-	}
-	return nats.Header{bus.HeaderDelegate: []string{delegate}}
 }
 
 func rejectedInternal(attemptID, msg string) *bus.SubmitReply {
