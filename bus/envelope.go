@@ -3,9 +3,10 @@ package bus
 import (
 	"errors"
 	"fmt"
-	json "github.com/go-json-experiment/json/v1"
 	"strings"
 	"unicode/utf8"
+
+	json "github.com/go-json-experiment/json/v1"
 
 	"github.com/teamster-fleet/teamster"
 )
