@@ -341,10 +341,8 @@ func measureThroughput(ctx context.Context, f *fleet, run, sessions int, warm, w
 
 	var (
 		stop      atomic.Bool
-		done      atomic.Int64
-		counting  atomic.Bool
+		w         meter
 		mu        sync.Mutex
-		lat       latencies
 		ids       = make([][]string, sessions)
 		errs      int
 		firstErr  string
@@ -390,12 +388,7 @@ func measureThroughput(ctx context.Context, f *fleet, run, sessions int, warm, w
 					mu.Unlock()
 					continue
 				}
-				if counting.Load() {
-					done.Add(1)
-					mu.Lock()
-					lat = append(lat, d)
-					mu.Unlock()
-				}
+				w.done(d)
 			}
 		}()
 	}
@@ -405,27 +398,10 @@ func measureThroughput(ctx context.Context, f *fleet, run, sessions int, warm, w
 		return nil, err
 	}
 	f.rt.reset()
-	rdb, err := newRedis(f.srv.redisURL(), nil)
-	if err != nil {
+	if err := w.measure(ctx, f.srv.redisURL(), window); err != nil {
 		return nil, err
 	}
-	defer rdb.Close()
-	redis0, _ := redisCPU(ctx, rdb)
-	cpu0 := processCPU()
-	busy0, total0 := machineCPU()
-	counting.Store(true)
-	t0 := time.Now()
-	time.Sleep(window)
-	counting.Store(false)
-	elapsed := time.Since(t0)
-	completed := done.Load()
-	cpu := processCPU() - cpu0
-	busy1, total1 := machineCPU()
-	machineBusy := 0.0
-	if total1 > total0 {
-		machineBusy = 100 * float64(busy1-busy0) / float64(total1-total0)
-	}
-	redis1, _ := redisCPU(ctx, rdb)
+	completed := w.completed.Load()
 	trips := f.rt.trips.Load()
 	kinds := f.rt.opBreakdown(float64(max(completed, 1)))
 	cmds := f.rt.cmds.Load()
@@ -440,8 +416,8 @@ func measureThroughput(ctx context.Context, f *fleet, run, sessions int, warm, w
 		return nil, fmt.Errorf("throughput: session loops did not finish within 90s after the window")
 	}
 
-	tr := &throughputRun{sessions: sessions, completed: completed, window: elapsed, lat: lat, errors: errs, firstErr: firstErr,
-		submitted: int(submitted.Load()), cpu: cpu, redisCPU: redis1 - redis0, trips: trips, cmds: cmds, kinds: kinds, redisWait: redisWait, machineBusy: machineBusy}
+	tr := &throughputRun{sessions: sessions, completed: completed, window: w.elapsed, lat: w.latencies(), errors: errs, firstErr: firstErr,
+		submitted: int(submitted.Load()), cpu: w.cpu, redisCPU: w.redisCPU, trips: trips, cmds: cmds, kinds: kinds, redisWait: redisWait, machineBusy: w.machineBusy}
 	// Let the audit's copies of the last result events arrive, then look
 	// for missing and duplicate results.
 	var all []string
@@ -487,7 +463,7 @@ func measureThroughput(ctx context.Context, f *fleet, run, sessions int, warm, w
 		tr.durable = fmt.Sprintf("durable results: %d of %d attempts hold exactly one", len(all)-bad, len(all))
 	}
 	progress("throughput: %d sessions: %.0f attempts/s (%d in %s), %d errors, %d missing, %d duplicate results",
-		sessions, float64(completed)/elapsed.Seconds(), completed, elapsed.Round(time.Millisecond), errs, tr.missing, tr.dupes)
+		sessions, float64(completed)/w.elapsed.Seconds(), completed, w.elapsed.Round(time.Millisecond), errs, tr.missing, tr.dupes)
 	return tr, nil
 }
 

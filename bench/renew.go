@@ -3,17 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"runtime"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/oklog/ulid/v2"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/teamster-fleet/teamster/leases"
 )
@@ -144,55 +139,4 @@ func acceptAndClaim(ctx context.Context, store *leases.Store, k *leases.Keeper, 
 		return fmt.Errorf("claim %s: %s", session, res.Status)
 	}
 	return nil
-}
-
-// processCPU is this process's CPU time so far (user + system).
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// machineCPU reads the first line of /proc/stat: busy and total jiffies of
-// all CPUs (busy excludes idle and iowait).
-func machineCPU() (busy, total int64) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0, 0
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 5 || f[0] != "cpu" {
-		return 0, 0
-	}
-	for i, v := range f[1:] {
-		n, _ := strconv.ParseInt(v, 10, 64)
-		total += n
-		if i != 3 && i != 4 { // idle, iowait
-			busy += n
-		}
-	}
-	return busy, total
-}
-
-// redisCPU is redis-server's CPU time so far (used_cpu_user + used_cpu_sys).
-func redisCPU(ctx context.Context, rdb *redis.Client) (time.Duration, error) {
-	info, err := rdb.Info(ctx, "cpu").Result()
-	if err != nil {
-		return 0, err
-	}
-	var total float64
-	for _, line := range strings.Split(info, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return 0, err
-			}
-			total += f
-		}
-	}
-	return time.Duration(total * float64(time.Second)), nil
 }

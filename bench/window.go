@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// processCPU is this process's CPU time so far (user + system).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// machineCPU reads the first line of /proc/stat: busy and total jiffies of
+// all CPUs (busy excludes idle and iowait).
+func machineCPU() (busy, total int64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return 0, 0
+	}
+	for i, v := range f[1:] {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		total += n
+		if i != 3 && i != 4 { // idle, iowait
+			busy += n
+		}
+	}
+	return busy, total
+}
+
+// redisCPU is redis-server's CPU time so far (used_cpu_user + used_cpu_sys).
+func redisCPU(ctx context.Context, rdb *redis.Client) (time.Duration, error) {
+	info, err := rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, err
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return 0, err
+			}
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second)), nil
+}
+
+// meter counts the operations that complete while its window is open, with
+// their latencies, and what the window cost: this process's CPU,
+// redis-server's, and how busy the whole machine was.
+type meter struct {
+	counting  atomic.Bool
+	completed atomic.Int64
+	mu        sync.Mutex
+	lat       latencies
+
+	elapsed, cpu, redisCPU time.Duration
+	machineBusy            float64 // percent of all CPUs
+}
+
+// done records an operation that took d, when the window is open.
+func (m *meter) done(d time.Duration) {
+	if !m.counting.Load() {
+		return
+	}
+	m.completed.Add(1)
+	m.mu.Lock()
+	m.lat = append(m.lat, d)
+	m.mu.Unlock()
+}
+
+// measure opens the window for d, then closes it.
+func (m *meter) measure(ctx context.Context, redisURL string, d time.Duration) error {
+	rdb, err := newRedis(redisURL, nil)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	redis0, _ := redisCPU(ctx, rdb)
+	cpu0 := processCPU()
+	busy0, total0 := machineCPU()
+	m.counting.Store(true)
+	t0 := time.Now()
+	time.Sleep(d)
+	m.counting.Store(false)
+	m.elapsed = time.Since(t0)
+	m.cpu = processCPU() - cpu0
+	busy1, total1 := machineCPU()
+	if total1 > total0 {
+		m.machineBusy = 100 * float64(busy1-busy0) / float64(total1-total0)
+	}
+	redis1, _ := redisCPU(ctx, rdb)
+	m.redisCPU = redis1 - redis0
+	return nil
+}
+
+// latencies returns what done recorded; call it once the window is closed.
+func (m *meter) latencies() latencies {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.lat
+}
