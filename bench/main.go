@@ -57,7 +57,7 @@ func main() {
 		sessions   = flag.String("sessions", "1,64,1024", "session counts of the throughput runs")
 		slots      = flag.Int("slots", 64, "slots of each of the two measured workers (worker default: 64)")
 		workerBin  = flag.String("worker-bin", "", "worker binary for the memory scenario; default: go build ./cmd/worker")
-		only       = flag.String("only", "", "run only these scenarios (comma-separated: renew,floor,latency,throughput,inject,memory)")
+		only       = flag.String("only", "", "run only these scenarios (comma-separated: renew,floor,latency,throughput,flowfloor,inject,memory)")
 		failOnGoal = flag.Bool("fail-on-goal", false, "exit 1 when a goal fails")
 		debugAddr  = flag.String("debug-addr", "", "serve net/http/pprof on this address while running, e.g. 127.0.0.1:6060")
 	)
@@ -134,6 +134,27 @@ func main() {
 			}
 			rows = append(rows, tr.row())
 		}
+	}
+	if want("flowfloor") {
+		// The contract's flow with none of teamster's work: what any
+		// implementation of it pays on this machine, one flow at a time and
+		// at the largest session count (bench/flowfloor.go).
+		n := counts[len(counts)-1]
+		p, err := samplePayloads(ctx, f)
+		if err != nil {
+			fatalFleet(f, srv, err)
+		}
+		for _, run := range []struct {
+			sessions  int
+			withRedis bool
+		}{{1, false}, {1, true}, {n, false}, {n, true}} {
+			r, err := measureFlowFloor(ctx, f, p, run.sessions, run.withRedis, *warm, *window)
+			if err != nil {
+				fatalFleet(f, srv, err)
+			}
+			rows = append(rows, r)
+		}
+		rows = append(rows, flowFloorRatios(rows, n)...)
 	}
 	if want("inject") {
 		r, err := measureInject(ctx, f, *injectN, 50)
