@@ -33,8 +33,8 @@ import (
 //     like TEAMSTER_ATTEMPTS: work queue, file storage, Nats-Msg-Id) and
 //     replies with the submit reply;
 //   - a worker pulls it from the shared durable consumer, acks it, subscribes
-//     the run's subjects (one wildcard SUB, UNSUB at the end: the contract
-//     needs the run's inject and cancel subjects), publishes claimed and the
+//     the run's inject and cancel subjects (two literal SUBs, as teamster's
+//     worker does, and their UNSUBs at the end), publishes claimed and the
 //     echo turn's partial to the client, publishes the result to the
 //     BENCH_FLOW_RESULTS stream (configured like TEAMSTER_RESULTS) with its
 //     ack, and sends the result event;
@@ -212,6 +212,7 @@ func measureFlowFloor(ctx context.Context, f *fleet, p *flowPayloads, sessions i
 			return Row{}, err
 		}
 		slots := make(chan struct{}, 64)
+		runMsgs := make(chan *nats.Msg, 1) // nothing is sent to a run's subjects here
 		run := func(m jetstream.Msg) {
 			defer func() { <-slots }()
 			rest := strings.TrimPrefix(m.Subject(), "benchflow.attempt.")
@@ -223,10 +224,14 @@ func measureFlowFloor(ctx context.Context, f *fleet, p *flowPayloads, sessions i
 				return
 			}
 			_ = m.Ack()
-			runSub, err := wnc.ChanSubscribe("benchflow.run."+id+".*", make(chan *nats.Msg, 1))
-			if err != nil {
-				fail(err)
-				return
+			var runSubs []*nats.Subscription
+			for _, op := range []string{"inject", "cancel"} {
+				sub, err := wnc.ChanSubscribe("benchflow.run."+id+"."+op, runMsgs)
+				if err != nil {
+					fail(err)
+					return
+				}
+				runSubs = append(runSubs, sub)
 			}
 			for _, e := range p.events[:len(p.events)-1] {
 				_ = wnc.Publish(replyTo, e)
@@ -248,7 +253,9 @@ func measureFlowFloor(ctx context.Context, f *fleet, p *flowPayloads, sessions i
 				return
 			}
 			_ = wnc.Publish(replyTo, p.events[len(p.events)-1])
-			_ = runSub.Unsubscribe()
+			for _, sub := range runSubs {
+				_ = sub.Unsubscribe()
+			}
 		}
 		cc, err := cons.Consume(func(m jetstream.Msg) {
 			slots <- struct{}{}
