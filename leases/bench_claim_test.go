@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -109,6 +111,7 @@ func BenchmarkAttemptPath(b *testing.B) {
 		AgentID: "main", AgentHarnessID: "codex", OwnerPluginID: "codex", NativeBinding: `{"thread":"t","turns":1}`})
 	d := make([]time.Duration, 0, b.N)
 	trips.reset()
+	resetCommandStats(b, s)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -127,6 +130,43 @@ func BenchmarkAttemptPath(b *testing.B) {
 	}
 	b.StopTimer()
 	reportLatency(b, d, trips.trips.Load())
+	b.ReportMetric(scriptMicros(b, s)/float64(b.N), "script-µs/op")
+}
+
+// resetCommandStats zeroes redis-server's per-command statistics.
+func resetCommandStats(b *testing.B, s *Store) {
+	b.Helper()
+	if err := s.rdb.ConfigResetStat(context.Background()).Err(); err != nil {
+		b.Fatalf("config resetstat: %v", err)
+	}
+}
+
+// scriptMicros is the time redis-server spent running scripts (EVALSHA and
+// EVAL, the commands they call included) since resetCommandStats, by its own
+// INFO commandstats: the scripts' cost without the network's.
+func scriptMicros(b *testing.B, s *Store) float64 {
+	b.Helper()
+	info, err := s.rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatalf("info commandstats: %v", err)
+	}
+	total := 0.0
+	for _, line := range strings.Split(info, "\n") {
+		name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
+			continue
+		}
+		for _, kv := range strings.Split(stats, ",") {
+			if v, ok := strings.CutPrefix(kv, "usec="); ok {
+				n, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					b.Fatalf("info commandstats %q: %v", line, err)
+				}
+				total += n
+			}
+		}
+	}
+	return total
 }
 
 // BenchmarkRenewNow is one renewal round with n leases held: one pipeline of
