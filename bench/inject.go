@@ -98,8 +98,21 @@ func measureInject(ctx context.Context, f *fleet, n, warm int) ([]Row, error) {
 		return nil, fmt.Errorf("inject: submit the probe turn: %w", err)
 	}
 	defer h.Close()
+	// Inject once claimed has arrived, as a gateway does: the worker
+	// subscribes the run's subjects before it sends claimed, on the same
+	// connection, so the server knows them by then. (The probe's in-process
+	// signal below can come first.)
+	events := h.Events()
+	select {
+	case e, ok := <-events:
+		if !ok || e.Type != bus.EventClaimed {
+			return nil, fmt.Errorf("inject: the probe turn's first event is %q, want claimed", e.Type)
+		}
+	case <-time.After(15 * time.Second):
+		return nil, errors.New("inject: the probe turn was not claimed")
+	}
 	go func() {
-		for range h.Events() { // injection events; the handle's buffer is 1,024
+		for range events { // injection events; the handle's buffer is 1,024
 		}
 	}()
 	select {
