@@ -211,7 +211,7 @@ func (k *Keeper) Claim(ctx context.Context, sessionKey, attemptID string) (*Leas
 	claim := func(allowNewEpoch string) ([]string, error) {
 		return k.store.script(ctx, nil, claimScript,
 			[]string{keys.order(), keys.attempt(attemptID), keys.lease(), keys.fence(), keys.session()},
-			attemptID, k.holder, k.ttl.Milliseconds(), newEpoch(), SeqReservation, keys.prefix(), FinishedTTL.Milliseconds(),
+			attemptID, k.holder, k.ttl.Milliseconds(), newEpoch(), SeqReservation, keys.prefix(), k.store.retention.Milliseconds(),
 			token, allowNewEpoch,
 		).StringSlice()
 	}

@@ -196,7 +196,7 @@ func (l *Lease) Finish(ctx context.Context, o Outcome) (FinishStatus, error) {
 	if !l.Current() {
 		return FinishFenced, nil
 	}
-	args := append([]any{l.attemptID, l.fence, o.Code, o.Result, FinishedTTL.Milliseconds()}, o.Session.args()...)
+	args := append([]any{l.attemptID, l.fence, o.Code, o.Result, l.k.store.retention.Milliseconds()}, o.Session.args()...)
 	st, err := l.k.store.script(ctx, nil, finishScript,
 		[]string{l.keys.order(), l.keys.attempt(l.attemptID), l.keys.lease(), l.keys.session()}, args...).Text()
 	if err != nil {
@@ -222,7 +222,7 @@ func (l *Lease) Finish(ctx context.Context, o Outcome) (FinishStatus, error) {
 func (l *Lease) Abandon(ctx context.Context, code string, result []byte) (FinishStatus, error) {
 	st, err := abandonScript.Run(ctx, l.k.store.rdb,
 		[]string{l.keys.order(), l.keys.attempt(l.attemptID), l.keys.lease()},
-		l.attemptID, l.fence, code, result, FinishedTTL.Milliseconds()).Text()
+		l.attemptID, l.fence, code, result, l.k.store.retention.Milliseconds()).Text()
 	if err != nil {
 		return "", fmt.Errorf("abandon: %w", err)
 	}

@@ -74,7 +74,7 @@ type Reaped struct {
 func (s *Store) Reap(ctx context.Context, e DueEntry, grace time.Duration) (Reaped, error) {
 	k := keysOfTag(e.Tag)
 	res, err := reapScript.Run(ctx, s.rdb, []string{k.order(), k.attempt(e.AttemptID), k.lease()},
-		e.AttemptID, grace.Milliseconds(), FinishedTTL.Milliseconds()).StringSlice()
+		e.AttemptID, grace.Milliseconds(), s.retention.Milliseconds()).StringSlice()
 	if err != nil {
 		return Reaped{}, fmt.Errorf("reap: %w", err)
 	}

@@ -32,9 +32,15 @@ const OutcomeOK = "ok"
 
 // Defaults.
 const (
-	// FinishedTTL is how long a finished attempt record stays, for answering
-	// resubmits and republishing; it matches the results stream's max age.
+	// FinishedTTL is how long a finished attempt record stays by default,
+	// for answering resubmits and republishing; it matches the results
+	// stream's max age, and is the longest retention a store takes (a
+	// resubmit answered from a record whose result the stream no longer
+	// holds would wait for nothing).
 	FinishedTTL = 24 * time.Hour
+	// MinRetention is the shortest retention a store takes: far beyond the
+	// reaper's republish grace and JetStream's duplicate window.
+	MinRetention = 10 * time.Minute
 	// SeqReservation is how many event seq numbers a claim reserves ahead; the
 	// reaper's result continues after the reservation, so it may follow a gap
 	// but never repeats a seq a worker sent.
@@ -46,11 +52,43 @@ const (
 type Store struct {
 	rdb   redis.UniversalClient
 	batch *batcher // the hot operations' shared pipelines (batch.go)
+	// retention is how long a finished attempt record stays (FinishedTTL
+	// unless WithRetention).
+	retention time.Duration
+}
+
+// StoreOption configures a Store.
+type StoreOption func(*Store)
+
+// WithRetention keeps finished attempt records for d instead of
+// FinishedTTL: the horizon within which a resubmitted attempt id is answered
+// from its record instead of being accepted again, and what bounds the
+// records' memory in Redis (about 1.2 KB per echo attempt). d must pass
+// CheckRetention; 0 keeps FinishedTTL.
+func WithRetention(d time.Duration) StoreOption {
+	return func(s *Store) {
+		if d != 0 {
+			s.retention = d
+		}
+	}
+}
+
+// CheckRetention says why d cannot be a store's retention, nil when it can
+// (0 stands for the default).
+func CheckRetention(d time.Duration) error {
+	if d != 0 && (d < MinRetention || d > FinishedTTL) {
+		return fmt.Errorf("attempt retention %s is outside %s..%s", d, MinRetention, FinishedTTL)
+	}
+	return nil
 }
 
 // NewStore returns a Store on rdb.
-func NewStore(rdb redis.UniversalClient) *Store {
-	return &Store{rdb: rdb, batch: newBatcher(rdb, maxPipelines)}
+func NewStore(rdb redis.UniversalClient, opts ...StoreOption) *Store {
+	s := &Store{rdb: rdb, batch: newBatcher(rdb, maxPipelines), retention: FinishedTTL}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // Client is the Redis client the store uses.
@@ -126,7 +164,7 @@ func (s *Store) Accept(ctx context.Context, a AcceptArgs) (Accepted, error) {
 	// and Redis runs them in order.
 	due := time.Now().Add(a.QueueTimeout)
 	member := redis.Z{Score: float64(due.UnixMilli()), Member: indexMember(k.tag, a.AttemptID)}
-	ttl := a.QueueTimeout + a.RunBudget + FinishedTTL
+	ttl := a.QueueTimeout + a.RunBudget + s.retention
 	keys := []string{k.attempt(a.AttemptID), k.order()}
 	args := []any{a.AttemptID, a.QueueTimeout.Milliseconds(), ttl.Milliseconds(),
 		"harness", a.HarnessID, "replyTo", a.ReplyTo, "reply", a.Reply}

@@ -40,6 +40,10 @@ type Params struct {
 	Metrics *metrics.Router
 	// Streams tunes the streams the router creates or updates (replicas).
 	Streams bus.StreamOptions
+	// AttemptRetention is how long finished attempt records stay in Redis
+	// (resubmits within it are answered from the record); 0 is
+	// leases.FinishedTTL. Give routers and workers the same value.
+	AttemptRetention time.Duration
 }
 
 // Router serves submits and reaps.
@@ -82,11 +86,14 @@ func New(p Params) (*Router, error) {
 	if p.Metrics == nil {
 		p.Metrics = metrics.NewRouter(nil)
 	}
+	if err := leases.CheckRetention(p.AttemptRetention); err != nil {
+		return nil, fmt.Errorf("router: %w", err)
+	}
 	js, err := jetstream.New(p.NATS)
 	if err != nil {
 		return nil, fmt.Errorf("router: jetstream: %w", err)
 	}
-	r := &Router{nc: p.NATS, js: js, store: leases.NewStore(p.Redis), policy: p.Policy, m: p.Metrics, rdb: p.Redis, streams: p.Streams,
+	r := &Router{nc: p.NATS, js: js, store: leases.NewStore(p.Redis, leases.WithRetention(p.AttemptRetention)), policy: p.Policy, m: p.Metrics, rdb: p.Redis, streams: p.Streams,
 		log: p.Logger.WithField("component", "router"), sem: make(chan struct{}, p.Concurrency)}
 	r.debug = logging.DebugEnabled(p.Logger)
 	r.reaper = newReaper(reaperParams{store: r.store, js: js, nc: p.NATS, interval: p.ReaperInterval, log: r.log, m: p.Metrics})

@@ -54,6 +54,10 @@ type Params struct {
 	Metrics *metrics.Worker
 	// Streams tunes the streams the worker creates or updates (replicas).
 	Streams bus.StreamOptions
+	// AttemptRetention is how long the records of the attempts it finishes
+	// stay in Redis; 0 is leases.FinishedTTL. Give routers and workers the
+	// same value.
+	AttemptRetention time.Duration
 }
 
 // hosted is one harness the worker hosts, with its consumer.
@@ -116,6 +120,9 @@ func New(p Params) (*Worker, error) {
 	if p.Logger == nil {
 		p.Logger = logrus.StandardLogger()
 	}
+	if err := leases.CheckRetention(p.AttemptRetention); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
 	js, err := jetstream.New(p.NATS)
 	if err != nil {
 		return nil, fmt.Errorf("worker: jetstream: %w", err)
@@ -126,7 +133,7 @@ func New(p Params) (*Worker, error) {
 	}
 	w := &Worker{m: p.Metrics, streams: p.Streams,
 		cfg: p.Config, id: p.Config.WorkerID, nc: p.NATS, js: js, rdb: p.Redis,
-		store: leases.NewStore(p.Redis), log: log, debug: logging.DebugEnabled(log), ver: p.Version,
+		store: leases.NewStore(p.Redis, leases.WithRetention(p.AttemptRetention)), log: log, debug: logging.DebugEnabled(log), ver: p.Version,
 		harnesses: map[string]*hosted{}, slots: make(chan struct{}, p.Config.Slots),
 		claiming: make(chan struct{}, maxClaiming), runMsgs: make(chan *nats.Msg, 4096),
 		state: bus.WorkerStarting, runs: map[string]*run{},

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -24,6 +25,7 @@ func main() {
 		runtimeConfig string
 		metricsAddr   string
 		replicas      int
+		retention     func() (time.Duration, error)
 	)
 	cmd := &cobra.Command{
 		Use:   "router",
@@ -38,6 +40,10 @@ SIGINT or SIGTERM stops serving, finishes the requests in hand and exits 0.`,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := common.Logger()
+			if err != nil {
+				return err
+			}
+			keep, err := retention()
 			if err != nil {
 				return err
 			}
@@ -59,7 +65,7 @@ SIGINT or SIGTERM stops serving, finishes the requests in hand and exits 0.`,
 			defer rdb.Close()
 			reg := cmdutil.Registry()
 			r, err := router.New(router.Params{NATS: nc, Redis: rdb, Policy: policy, Logger: log, Metrics: metrics.NewRouter(reg),
-				Streams: bus.StreamOptions{Replicas: replicas}})
+				Streams: bus.StreamOptions{Replicas: replicas}, AttemptRetention: keep})
 			if err != nil {
 				return err
 			}
@@ -83,6 +89,7 @@ SIGINT or SIGTERM stops serving, finishes the requests in hand and exits 0.`,
 	cmdutil.AddCommon(cmd.Flags(), &common)
 	cmdutil.AddMetricsAddr(cmd.Flags(), &metricsAddr)
 	cmdutil.AddReplicas(cmd.Flags(), &replicas)
+	retention = cmdutil.AddRetention(cmd.Flags())
 	cmd.Flags().StringVar(&runtimeConfig, "runtime-config", cmdutil.Env(cmdutil.EnvRuntimeConfig, ""),
 		"OpenClaw-format runtime policy JSON (env "+cmdutil.EnvRuntimeConfig+")")
 	if err := cmd.Execute(); err != nil {

@@ -25,6 +25,7 @@ func main() {
 		ledgerPath  string
 		metricsAddr string
 		replicas    int
+		retention   func() (time.Duration, error)
 	)
 	cmd := &cobra.Command{
 		Use:   "worker",
@@ -45,6 +46,10 @@ leaves the registry and exits 0. A second signal exits at once with 1.`,
 			}
 			if configPath == "" {
 				return fmt.Errorf("--config is required (env %s)", cmdutil.EnvWorkerConfig)
+			}
+			keep, err := retention()
+			if err != nil {
+				return err
 			}
 			cfg, err := worker.LoadConfig(configPath)
 			if err != nil {
@@ -71,7 +76,7 @@ leaves the registry and exits 0. A second signal exits at once with 1.`,
 			defer rdb.Close()
 			reg := cmdutil.Registry()
 			w, err := worker.New(worker.Params{Config: cfg, NATS: nc, Redis: rdb, Logger: log, Env: env, Metrics: metrics.NewWorker(reg),
-				Streams: bus.StreamOptions{Replicas: replicas}})
+				Streams: bus.StreamOptions{Replicas: replicas}, AttemptRetention: keep})
 			if err != nil {
 				return err
 			}
@@ -117,6 +122,7 @@ leaves the registry and exits 0. A second signal exits at once with 1.`,
 	cmdutil.AddCommon(cmd.Flags(), &common)
 	cmdutil.AddMetricsAddr(cmd.Flags(), &metricsAddr)
 	cmdutil.AddReplicas(cmd.Flags(), &replicas)
+	retention = cmdutil.AddRetention(cmd.Flags())
 	cmd.Flags().StringVar(&configPath, "config", cmdutil.Env(cmdutil.EnvWorkerConfig, ""),
 		"worker config JSON file (env "+cmdutil.EnvWorkerConfig+")")
 	cmd.Flags().StringVar(&ledgerPath, "ledger", os.Getenv("TEAMSTER_LEDGER"),

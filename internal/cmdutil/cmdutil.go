@@ -18,6 +18,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/pflag"
+
+	"github.com/teamster-fleet/teamster/leases"
 )
 
 // Environment variables and their defaults (DESIGN.md, "Running it").
@@ -30,6 +32,7 @@ const (
 	EnvRuntimeConfig = "TEAMSTER_RUNTIME_CONFIG"
 	EnvWorkerConfig  = "TEAMSTER_WORKER_CONFIG"
 	EnvReplicas      = "TEAMSTER_STREAM_REPLICAS"
+	EnvRetention     = "TEAMSTER_ATTEMPT_RETENTION"
 
 	DefaultNATSURL  = "nats://127.0.0.1:4222"
 	DefaultRedisURL = "redis://127.0.0.1:6379/0"
@@ -201,6 +204,29 @@ func AddReplicas(fs *pflag.FlagSet, n *int) {
 		}
 	}
 	fs.IntVar(n, "stream-replicas", def, "replicas of the JetStream streams and the registry bucket this process creates or updates; 3 in a three-node cluster (env "+EnvReplicas+")")
+}
+
+// AddRetention registers --attempt-retention (env
+// TEAMSTER_ATTEMPT_RETENTION); the function it returns reads and checks the
+// value (0 when unset: the default).
+func AddRetention(fs *pflag.FlagSet) func() (time.Duration, error) {
+	var v string
+	fs.StringVar(&v, "attempt-retention", Env(EnvRetention, ""),
+		"how long finished attempt records stay in Redis, e.g. 2h: a resubmitted attempt id is answered from its record within it, and it bounds their memory (about 1.2 KB per attempt); "+
+			leases.MinRetention.String()+" to "+leases.FinishedTTL.String()+", default "+leases.FinishedTTL.String()+" (the results stream's max age); give routers and workers the same value (env "+EnvRetention+")")
+	return func() (time.Duration, error) {
+		if v == "" {
+			return 0, nil
+		}
+		d, err := time.ParseDuration(v)
+		if err == nil {
+			err = leases.CheckRetention(d)
+		}
+		if err != nil {
+			return 0, fmt.Errorf("--attempt-retention %q (env %s): %w", v, EnvRetention, err)
+		}
+		return d, nil
+	}
 }
 
 // AddMetricsAddr registers --metrics-addr (env TEAMSTER_METRICS_ADDR).

@@ -1,0 +1,91 @@
+package leases
+
+import (
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/teamster-fleet/teamster"
+)
+
+func TestCheckRetention(t *testing.T) {
+	for _, tc := range []struct {
+		d  time.Duration
+		ok bool
+	}{
+		{0, true}, // the default
+		{MinRetention, true},
+		{2 * time.Hour, true},
+		{FinishedTTL, true},
+		{MinRetention - time.Second, false},
+		{FinishedTTL + time.Second, false},
+		{-time.Hour, false},
+	} {
+		if err := CheckRetention(tc.d); (err == nil) != tc.ok {
+			t.Errorf("CheckRetention(%s) = %v, want ok %v", tc.d, err, tc.ok)
+		}
+	}
+}
+
+// A store's retention is the TTL of every record it finishes: by the worker
+// (finish, abandon) and by the fleet (the reaper, a claim's walk), and the
+// accept TTL counts it after the queue and run budgets.
+func TestRetentionSetsTheRecordsTTL(t *testing.T) {
+	env.FlushRedis(t)
+	const keep = 15 * time.Minute
+	c := redis.NewClient(&redis.Options{Addr: env.Redis.Addr()})
+	t.Cleanup(func() { c.Close() })
+	s := NewStore(c, WithRetention(keep))
+	if err := s.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	k := newKeeper(t, s, "w1", 5*time.Second, nil)
+	ttl := func(key string) time.Duration {
+		t.Helper()
+		d, err := c.PTTL(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	within := func(what string, got, want time.Duration) {
+		t.Helper()
+		if got > want || got < want-time.Minute {
+			t.Errorf("%s: TTL %s, want about %s", what, got, want)
+		}
+	}
+
+	// accept: queue timeout (1m) + run budget (1m, the helper's) + retention
+	accept(t, s, "s1", "a1", time.Minute)
+	within("accepted record", ttl(keysFor("s1").attempt("a1")), 2*time.Minute+keep)
+	within("attempt id", ttl(attemptIDKey("a1")), 2*time.Minute+keep)
+
+	l := mustClaim(t, k, "s1", "a1")
+	if st, err := l.Finish(ctx, Outcome{Code: OutcomeOK, Result: []byte(`{"ok":true}`)}); err != nil || st != Finished {
+		t.Fatalf("finish: %s %v", st, err)
+	}
+	within("finished record", ttl(keysFor("s1").attempt("a1")), keep)
+
+	accept(t, s, "s2", "b1", time.Minute)
+	lb := mustClaim(t, k, "s2", "b1")
+	if st, err := lb.Abandon(ctx, string(teamster.CodeLeaseLost), []byte("r")); err != nil || st != Finished {
+		t.Fatalf("abandon: %s %v", st, err)
+	}
+	within("abandoned record", ttl(keysFor("s2").attempt("b1")), keep)
+
+	// The reaper's queue_timeout.
+	accept(t, s, "s3", "q1", 20*time.Millisecond)
+	waitPast(t, s, "s3", "q1")
+	if r, err := s.Reap(ctx, DueEntry{Tag: Tag("s3"), AttemptID: "q1"}, time.Second); err != nil || r.Outcome != string(teamster.CodeQueueTimeout) {
+		t.Fatalf("reap q1: %+v %v", r, err)
+	}
+	within("record settled by the reaper", ttl(keysFor("s3").attempt("q1")), keep)
+
+	// A claim's walk settles an expired head on its way.
+	accept(t, s, "s4", "h1", 20*time.Millisecond)
+	accept(t, s, "s4", "h2", time.Minute)
+	waitPast(t, s, "s4", "h1")
+	mustClaim(t, k, "s4", "h2")
+	within("record settled by a claim's walk", ttl(keysFor("s4").attempt("h1")), keep)
+}
