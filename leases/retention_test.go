@@ -89,3 +89,33 @@ func TestRetentionSetsTheRecordsTTL(t *testing.T) {
 	mustClaim(t, k, "s4", "h2")
 	within("record settled by a claim's walk", ttl(keysFor("s4").attempt("h1")), keep)
 }
+
+// Once published, a record keeps what answers a resubmit but not the result:
+// the results stream holds it, and the record's size no longer grows with
+// it.
+func TestMarkPublishedDropsTheStoredResult(t *testing.T) {
+	s := newStore(t)
+	k := newKeeper(t, s, "w1", 5*time.Second, nil)
+	accept(t, s, "s1", "a1", time.Minute)
+	l := mustClaim(t, k, "s1", "a1")
+	if st, err := l.Finish(ctx, Outcome{Code: OutcomeOK, Result: []byte(`{"ok":true}`)}); err != nil || st != Finished {
+		t.Fatalf("finish: %s %v", st, err)
+	}
+	if a, _ := s.Attempt(ctx, "s1", "a1"); string(a.Result) != `{"ok":true}` || a.Published {
+		t.Fatalf("finished record %+v, want the result, unpublished", a)
+	}
+	if err := s.MarkPublished(ctx, "s1", "a1"); err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.Attempt(ctx, "s1", "a1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.Published || len(a.Result) > 0 || a.State != StateFinished || a.Outcome != OutcomeOK {
+		t.Fatalf("published record %+v, want published, finished ok, no result", a)
+	}
+	again := accept(t, s, "s1", "a1", time.Minute)
+	if again.New || again.State != StateFinished || string(again.Reply) != `{"v":1}` {
+		t.Fatalf("resubmit after publish %+v, want the stored reply of the finished attempt", again)
+	}
+}

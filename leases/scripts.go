@@ -317,13 +317,17 @@ return 1
 `)
 
 // markPublishedScript marks an outcome as durably published, without
-// re-creating a record that is gone.
+// re-creating a record that is gone, and drops the stored result: the
+// results stream holds it now, and only a republish (of an outcome not yet
+// marked) reads it from the record. The record keeps what answers a
+// resubmit for the rest of its retention, whatever the result's size.
 //
 // KEYS[1] teamster:{s}:attempt:<attemptId>
 // Returns 1 when marked, 0 when the record is gone.
 var markPublishedScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('HSET', KEYS[1], 'published', '1')
+redis.call('HDEL', KEYS[1], 'result')
 return 1
 `)
 
