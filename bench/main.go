@@ -217,7 +217,7 @@ func environment(ctx context.Context, srv *servers) map[string]string {
 		if info, err := rdb.Info(ctx, "server").Result(); err == nil {
 			for _, line := range strings.Split(info, "\n") {
 				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
-					env["redis-server"] = v
+					env["redis-server"] = v + " (hash-max-listpack-value 1024, as deploy/compose runs it)"
 				}
 			}
 		}

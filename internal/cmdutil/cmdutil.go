@@ -212,7 +212,7 @@ func AddReplicas(fs *pflag.FlagSet, n *int) {
 func AddRetention(fs *pflag.FlagSet) func() (time.Duration, error) {
 	var v string
 	fs.StringVar(&v, "attempt-retention", Env(EnvRetention, ""),
-		"how long finished attempt records stay in Redis, e.g. 2h: a resubmitted attempt id is answered from its record within it, and it bounds their memory (about 2.3 KB of Redis per attempt); "+
+		"how long finished attempt records stay in Redis, e.g. 2h: a resubmitted attempt id is answered from its record within it, and it bounds their memory (about 1.5 KB of Redis per attempt with hash-max-listpack-value 1024, see deploy/compose); "+
 			leases.MinRetention.String()+" to "+leases.FinishedTTL.String()+", default "+leases.FinishedTTL.String()+" (the results stream's max age); give routers and workers the same value (env "+EnvRetention+")")
 	return func() (time.Duration, error) {
 		if v == "" {

@@ -73,6 +73,10 @@ func (r *Redis) start() error {
 		"--daemonize", "no",
 		"--logfile", logFile,
 		"--protected-mode", "yes",
+		// As deploy/compose runs Redis: attempt records, whose stored submit
+		// reply is over the default 64 bytes, stay listpack-encoded
+		// (ARCHITECTURE.md, "Record lifetimes").
+		"--hash-max-listpack-value", "1024",
 	)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
