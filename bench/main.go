@@ -144,15 +144,18 @@ func main() {
 		if err != nil {
 			fatalFleet(f, srv, err)
 		}
-		for _, run := range []struct {
-			sessions  int
-			withRedis bool
-		}{{1, false}, {1, true}, {n, false}, {n, true}} {
-			r, err := measureFlowFloor(ctx, f, p, run.sessions, run.withRedis, *warm, *window)
-			if err != nil {
-				fatalFleet(f, srv, err)
+		inFlight := []int{1}
+		if n > 1 {
+			inFlight = append(inFlight, n)
+		}
+		for _, sessions := range inFlight {
+			for _, withRedis := range []bool{false, true} {
+				r, err := measureFlowFloor(ctx, f, p, sessions, withRedis, *warm, *window)
+				if err != nil {
+					fatalFleet(f, srv, err)
+				}
+				rows = append(rows, r)
 			}
-			rows = append(rows, r)
 		}
 		rows = append(rows, flowFloorRatios(rows, n)...)
 	}
