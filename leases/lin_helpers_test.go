@@ -2,6 +2,7 @@ package leases
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
@@ -778,11 +779,19 @@ func (d *linDriver) client(t *testing.T, h *linHistory, k *Keeper, c int, sessio
 
 		case attempt == "":
 			next++
-			attempt = fmt.Sprintf("c%d-%d", c, next)
+			// Ids are unique across rounds: a round's session is its own,
+			// and an id still claimed by an earlier round's session would
+			// be refused (ErrAttemptIDTaken) after a moment in the order.
+			attempt = fmt.Sprintf("%s/c%d-%d", session, c, next)
 			in.Kind, in.Attempt = linEnqueue, attempt
 			a, err := d.store.Accept(ctx, AcceptArgs{SessionKey: session, AttemptID: attempt, HarnessID: "h",
 				QueueTimeout: time.Minute, RunBudget: time.Minute})
 			switch {
+			case errors.Is(err, ErrAttemptIDTaken):
+				// Not an outcome the model knows: the id was queued and
+				// withdrawn inside the call.
+				t.Errorf("enqueue %s: %v (attempt ids must be unique across rounds)", attempt, err)
+				return
 			case err != nil:
 				// Maybe queued: claim it anyway, as a resubmit would
 				// (missing says it was not).
