@@ -23,9 +23,9 @@ import (
 // real echo attempt's envelopes, replayed. Unlike the hop floors (floor.go),
 // which time each hop alone in a tight loop, it chains the hops across
 // connections and goroutines as any implementation of the contract must.
-// Without Redis it bounds every implementation; with Redis it sends each
-// round trip alone, where teamster batches them under load, so teamster can
-// come near it or pass it at 1,024 in flight.
+// Without Redis it bounds every implementation; with Redis sent alone it is
+// what unbatched round trips cost, and with Redis batched what a store that
+// batches them, as teamster's does, can reach.
 //
 // One flow, at the contract's points:
 //   - the client requests benchflow.submit.<tok>.<id> with the attempt body;
@@ -40,8 +40,10 @@ import (
 //     ack, and sends the result event;
 //   - with Redis, the router makes one script round trip before it publishes
 //     (accept) and the worker three (claim, finish, mark published), each an
-//     EVALSHA of `return 1` sent alone: the round trips of teamster's path,
-//     without its scripts' work.
+//     EVALSHA of `return 1`: the round trips of teamster's path, without its
+//     scripts' work. Each is sent alone, or, at many in flight, through
+//     go-redis's autopipeliner, which batches what concurrent callers send
+//     as teamster's store does (leases/batch.go).
 
 const (
 	flowStreamAttempts = "BENCH_FLOW_ATTEMPTS"
@@ -91,13 +93,23 @@ func samplePayloads(ctx context.Context, f *fleet) (*flowPayloads, error) {
 	return p, nil
 }
 
-// measureFlowFloor runs the flow floor with sessions flows in flight, with
-// or without the Redis round trips, and returns its row.
-func measureFlowFloor(ctx context.Context, f *fleet, p *flowPayloads, sessions int, withRedis bool, warm, window time.Duration) (Row, error) {
-	what := "NATS messages only"
-	if withRedis {
-		what = "NATS messages + 4 Redis round trips"
-	}
+// flowRedis is how the flow floor makes its Redis round trips.
+type flowRedis int
+
+const (
+	flowNoRedis      flowRedis = iota // NATS messages only
+	flowRedisAlone                    // each round trip sent alone
+	flowRedisBatched                  // through go-redis's autopipeliner, which batches concurrent calls
+)
+
+func (r flowRedis) String() string {
+	return [...]string{"NATS messages only", "NATS messages + 4 Redis round trips", "NATS messages + 4 Redis round trips, batched"}[r]
+}
+
+// measureFlowFloor runs the flow floor with sessions flows in flight and
+// returns its row.
+func measureFlowFloor(ctx context.Context, f *fleet, p *flowPayloads, sessions int, mode flowRedis, warm, window time.Duration) (Row, error) {
+	what := mode.String()
 	progress("flow floor (%s): %d flows in flight, %s warm-up + %s window", what, sessions, warm, window)
 	js, err := jetstream.New(f.client.Conn())
 	if err != nil {
@@ -132,7 +144,7 @@ func measureFlowFloor(ctx context.Context, f *fleet, p *flowPayloads, sessions i
 	// own per role (router, each worker), as teamster's are; a no-op without
 	// Redis.
 	var script *redis.Script
-	if withRedis {
+	if mode != flowNoRedis {
 		script = redis.NewScript(`return 1`)
 		rdb, err := newRedis(f.srv.redisURL(), nil)
 		if err != nil {
@@ -153,6 +165,14 @@ func measureFlowFloor(ctx context.Context, f *fleet, p *flowPayloads, sessions i
 			return nil, err
 		}
 		closers = append(closers, func() { rdb.Close() })
+		if mode == flowRedisBatched {
+			ap, err := rdb.AutoPipeline()
+			if err != nil {
+				return nil, err
+			}
+			closers = append(closers, func() { _ = ap.Close() })
+			return func(ctx context.Context) error { return script.EvalSha(ctx, ap, []string{key}).Err() }, nil
+		}
 		return func(ctx context.Context) error { return script.EvalSha(ctx, rdb, []string{key}).Err() }, nil
 	}
 	var (
@@ -357,14 +377,14 @@ func flowFloorRatios(rows []Row, n int) []Row {
 		return nil
 	}
 	var out []Row
-	floor := find(fmt.Sprintf("floor: the flow's NATS messages + 4 Redis round trips, %d in flight", 1))
+	floor := find(fmt.Sprintf("floor: the flow's %s, %d in flight", flowRedisAlone, 1))
 	if t := find("teamster: submit→result, 1 in flight"); t != nil && floor != nil && floor.P50Us != nil && *floor.P50Us > 0 {
 		out = append(out, Row{Scenario: "teamster p50 / flow floor p50, 1 in flight", Value: ptr(*t.P50Us / *floor.P50Us), Unit: "x",
 			Note: fmt.Sprintf("%.0fµs / %.0fµs: what teamster's own work adds to the contract's chained hops", *t.P50Us, *floor.P50Us)})
 	}
-	floor = find(fmt.Sprintf("floor: the flow's NATS messages + 4 Redis round trips, %d in flight", n))
+	floor = find(fmt.Sprintf("floor: the flow's %s, %d in flight", flowRedisBatched, n))
 	if t := find(fmt.Sprintf("teamster: throughput, %d sessions in flight", n)); t != nil && floor != nil && floor.Value != nil && *floor.Value > 0 {
-		out = append(out, Row{Scenario: fmt.Sprintf("teamster / flow floor throughput, %d in flight", n), Value: ptr(*t.Value / *floor.Value), Unit: "x",
+		out = append(out, Row{Scenario: fmt.Sprintf("teamster / flow floor (batched) throughput, %d in flight", n), Value: ptr(*t.Value / *floor.Value), Unit: "x",
 			Note: fmt.Sprintf("%.0f attempts/s / %.0f flows/s", *t.Value, *floor.Value)})
 	}
 	return out

@@ -144,18 +144,20 @@ func main() {
 		if err != nil {
 			fatalFleet(f, srv, err)
 		}
-		inFlight := []int{1}
-		if n > 1 {
-			inFlight = append(inFlight, n)
+		type run struct {
+			sessions int
+			mode     flowRedis
 		}
-		for _, sessions := range inFlight {
-			for _, withRedis := range []bool{false, true} {
-				r, err := measureFlowFloor(ctx, f, p, sessions, withRedis, *warm, *window)
-				if err != nil {
-					fatalFleet(f, srv, err)
-				}
-				rows = append(rows, r)
+		runs := []run{{1, flowNoRedis}, {1, flowRedisAlone}}
+		if n > 1 {
+			runs = append(runs, run{n, flowNoRedis}, run{n, flowRedisAlone}, run{n, flowRedisBatched})
+		}
+		for _, r := range runs {
+			row, err := measureFlowFloor(ctx, f, p, r.sessions, r.mode, *warm, *window)
+			if err != nil {
+				fatalFleet(f, srv, err)
 			}
+			rows = append(rows, row)
 		}
 		rows = append(rows, flowFloorRatios(rows, n)...)
 	}
