@@ -106,6 +106,37 @@ func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions) (jetstr
 	return kv, nil
 }
 
+// Ensure creates TEAMSTER_ATTEMPTS, TEAMSTER_RESULTS and TEAMSTER_WORKERS
+// when they are missing and leaves existing ones as they are: what a worker
+// does, so that it can start before any router without being able to change
+// a stream's configuration (routers own it: Setup). Creating them at the
+// same time from several processes is safe: the losers find the winner's.
+func Ensure(ctx context.Context, js jetstream.JetStream, o StreamOptions) (jetstream.KeyValue, error) {
+	for _, cfg := range []jetstream.StreamConfig{AttemptsStreamConfig(o), ResultsStreamConfig(o)} {
+		_, err := js.Stream(ctx, cfg.Name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			_, err = js.CreateStream(ctx, cfg)
+			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+				_, err = js.Stream(ctx, cfg.Name)
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("stream %s: %w", cfg.Name, err)
+		}
+	}
+	kv, err := js.KeyValue(ctx, BucketWorkers)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, WorkersBucketConfig(o))
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, BucketWorkers)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", BucketWorkers, err)
+	}
+	return kv, nil
+}
+
 // HarnessConsumerConfig is the durable pull consumer harness_<harnessId>, shared
 // by every worker hosting harnessID. MaxDeliver is unlimited: only
 // queue_timeout ends an unclaimed attempt.

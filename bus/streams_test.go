@@ -84,6 +84,64 @@ func TestSetupIsIdempotent(t *testing.T) {
 	}
 }
 
+// Ensure (what a worker runs) creates what is missing, from several
+// processes at once, and changes nothing that exists: a configuration a
+// router set stays.
+func TestEnsureCreatesButNeverUpdates(t *testing.T) {
+	_, _, js := connect(t)
+	ctx := context.Background()
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			_, err := bus.Ensure(ctx, js, bus.StreamOptions{})
+			errs <- err
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatalf("concurrent ensure: %v", err)
+		}
+	}
+	res, err := js.Stream(ctx, bus.StreamResults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc := res.CachedInfo().Config; rc.MaxMsgsPerSubject != 1 || rc.MaxAge != bus.ResultsMaxAge {
+		t.Fatalf("results stream created as %+v", rc)
+	}
+	if _, err := js.KeyValue(ctx, bus.BucketWorkers); err != nil {
+		t.Fatalf("bucket: %v", err)
+	}
+
+	// A configuration that differs from the contract's, as an operator or a
+	// newer router may leave it, survives Ensure; Setup puts the contract's back.
+	cfg := bus.AttemptsStreamConfig(bus.StreamOptions{})
+	cfg.Description = "changed by hand"
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.Ensure(ctx, js, bus.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	description := func() string {
+		t.Helper()
+		st, err := js.Stream(ctx, bus.StreamAttempts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.CachedInfo().Config.Description
+	}
+	if d := description(); d != "changed by hand" {
+		t.Fatalf("after Ensure the description is %q: Ensure updated the stream", d)
+	}
+	if _, err := bus.Setup(ctx, js, bus.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if d := description(); d != bus.AttemptsStreamConfig(bus.StreamOptions{}).Description {
+		t.Fatalf("after Setup the description is %q, want the contract's", d)
+	}
+}
+
 // The same attempt id published twice within the duplicate window is stored
 // once.
 func TestSameAttemptIDIsStoredOnce(t *testing.T) {

@@ -195,12 +195,12 @@ func (w *Worker) Done() <-chan struct{} { return w.done }
 // leases and heartbeating, and starts fetching. It returns once the worker is
 // active.
 func (w *Worker) Start(ctx context.Context) error {
-	if _, err := bus.Setup(ctx, w.js, w.streams); err != nil {
-		return fmt.Errorf("worker: %w", err)
-	}
-	kv, err := w.js.KeyValue(ctx, bus.BucketWorkers)
+	// Create what is missing, change nothing that exists: the routers own
+	// the streams' configuration, and a worker's credentials cannot update
+	// it (deploy/compose/nats-accounts.conf).
+	kv, err := bus.Ensure(ctx, w.js, w.streams)
 	if err != nil {
-		return fmt.Errorf("worker: registry bucket: %w", err)
+		return fmt.Errorf("worker: %w", err)
 	}
 	if err := w.store.Load(ctx); err != nil {
 		return fmt.Errorf("worker: redis: %w", err)

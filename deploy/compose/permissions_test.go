@@ -86,6 +86,11 @@ func TestPrincipalPermissions(t *testing.T) {
 				deny("$JS.API.STREAM.PURGE.TEAMSTER_ATTEMPTS"),
 				deny("$JS.API.STREAM.MSG.DELETE.TEAMSTER_RESULTS"),
 				deny("$JS.API.STREAM.CREATE.EVIL"),
+				// Streams are created when missing, never updated: routers
+				// own their configuration (an update could add a republish).
+				deny("$JS.API.STREAM.UPDATE.TEAMSTER_ATTEMPTS"),
+				deny("$JS.API.STREAM.UPDATE.TEAMSTER_RESULTS"),
+				deny("$JS.API.STREAM.UPDATE.KV_TEAMSTER_WORKERS"),
 				deny("$JS.API.CONSUMER.DELETE.TEAMSTER_ATTEMPTS.harness_codex"),
 				deny("$JS.API.CONSUMER.CREATE.KV_TEAMSTER_WORKERS.evil.$KV.TEAMSTER_WORKERS.>"),
 				deny("$JS.API.CONSUMER.CREATE.TEAMSTER_RESULTS.evil.teamster.result.>"),
