@@ -52,7 +52,8 @@ type Params struct {
 	Version string
 	// Metrics; nil records into unregistered collectors.
 	Metrics *metrics.Worker
-	// Streams tunes the streams the worker creates or updates (replicas).
+	// Streams tunes the streams the worker creates when they are missing
+	// (replicas); it never updates one.
 	Streams bus.StreamOptions
 	// AttemptRetention is how long the records of the attempts it finishes
 	// stay in Redis; 0 is leases.FinishedTTL. Give routers and workers the

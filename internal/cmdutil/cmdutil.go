@@ -203,7 +203,7 @@ func AddReplicas(fs *pflag.FlagSet, n *int) {
 			def = 1
 		}
 	}
-	fs.IntVar(n, "stream-replicas", def, "replicas of the JetStream streams and the registry bucket this process creates or updates; 3 in a three-node cluster (env "+EnvReplicas+")")
+	fs.IntVar(n, "stream-replicas", def, "replicas of the JetStream streams and the registry bucket this process creates (a router also updates existing ones to it); 3 in a three-node cluster (env "+EnvReplicas+")")
 }
 
 // AddRetention registers --attempt-retention (env
