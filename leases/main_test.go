@@ -19,18 +19,18 @@ func TestMain(m *testing.M) { testenv.Main(m, &env) }
 // newStore flushes the shared redis-server and returns a Store whose client
 // checks, on every script call, that all the keys it is given (and the
 // session prefix it derives keys from) lie in one hash slot.
-func newStore(t *testing.T) *Store {
+func newStore(t *testing.T, opts ...StoreOption) *Store {
 	t.Helper()
 	env.FlushRedis(t)
-	return storeOn(t, env.Redis.Addr())
+	return storeOn(t, env.Redis.Addr(), opts...)
 }
 
-func storeOn(t *testing.T, addr string) *Store {
+func storeOn(t *testing.T, addr string, opts ...StoreOption) *Store {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	c.AddHook(&slotHook{t: t})
 	t.Cleanup(func() { c.Close() })
-	s := NewStore(c)
+	s := NewStore(c, opts...)
 	if err := s.Load(context.Background()); err != nil {
 		t.Fatalf("load scripts: %v", err)
 	}

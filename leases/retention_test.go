@@ -4,8 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/teamster-fleet/teamster"
 )
 
@@ -32,18 +30,12 @@ func TestCheckRetention(t *testing.T) {
 // (finish, abandon) and by the fleet (the reaper, a claim's walk), and the
 // accept TTL counts it after the queue and run budgets.
 func TestRetentionSetsTheRecordsTTL(t *testing.T) {
-	env.FlushRedis(t)
 	const keep = 15 * time.Minute
-	c := redis.NewClient(&redis.Options{Addr: env.Redis.Addr()})
-	t.Cleanup(func() { c.Close() })
-	s := NewStore(c, WithRetention(keep))
-	if err := s.Load(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s := newStore(t, WithRetention(keep))
 	k := newKeeper(t, s, "w1", 5*time.Second, nil)
 	ttl := func(key string) time.Duration {
 		t.Helper()
-		d, err := c.PTTL(ctx, key).Result()
+		d, err := s.rdb.PTTL(ctx, key).Result()
 		if err != nil {
 			t.Fatal(err)
 		}

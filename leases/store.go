@@ -63,9 +63,8 @@ type StoreOption func(*Store)
 // WithRetention keeps finished attempt records for d instead of
 // FinishedTTL: the horizon within which a resubmitted attempt id is answered
 // from its record instead of being accepted again, and what bounds the
-// records' memory in Redis (1.1 to 1.9 KB per published record, by the
-// Redis's hash-max-listpack-value). d must pass
-// CheckRetention; 0 keeps FinishedTTL.
+// records' memory in Redis (1.1 to 1.9 KB per published record, by Redis's
+// hash-max-listpack-value). d must pass CheckRetention; 0 keeps FinishedTTL.
 func WithRetention(d time.Duration) StoreOption {
 	return func(s *Store) {
 		if d != 0 {
