@@ -365,27 +365,20 @@ func measureFlowFloor(ctx context.Context, f *fleet, p *flowPayloads, sessions i
 	return Row{Scenario: fmt.Sprintf("floor: the flow's %s, %d in flight", what, sessions), Value: ptr(rate), Unit: "flows/s", Note: note}.withLatency(w.latencies()), nil
 }
 
-// flowFloorRatios compares teamster with the flow floor with Redis, one
-// attempt at a time and at n in flight, for the rows measured in this run.
-func flowFloorRatios(rows []Row, n int) []Row {
-	find := func(scenario string) *Row {
-		for i := range rows {
-			if rows[i].Scenario == scenario {
-				return &rows[i]
-			}
-		}
-		return nil
-	}
+// flowFloorRatios compares teamster with the flow floor with Redis: its
+// one-in-flight p50 with the floor's (round trips sent alone, as one flow
+// at a time sends them), and its throughput at n in flight with the
+// batched floor's. A row that was not measured in this run (-only) leaves
+// its ratio out.
+func flowFloorRatios(latency, floorOne, throughput, floorMany *Row, n int) []Row {
 	var out []Row
-	floor := find(fmt.Sprintf("floor: the flow's %s, %d in flight", flowRedisAlone, 1))
-	if t := find("teamster: submit→result, 1 in flight"); t != nil && floor != nil && floor.P50Us != nil && *floor.P50Us > 0 {
-		out = append(out, Row{Scenario: "teamster p50 / flow floor p50, 1 in flight", Value: ptr(*t.P50Us / *floor.P50Us), Unit: "x",
-			Note: fmt.Sprintf("%.0fµs / %.0fµs: what teamster's own work adds to the contract's chained hops", *t.P50Us, *floor.P50Us)})
+	if latency != nil && floorOne != nil && latency.P50Us != nil && floorOne.P50Us != nil && *floorOne.P50Us > 0 {
+		out = append(out, Row{Scenario: "teamster p50 / flow floor p50, 1 in flight", Value: ptr(*latency.P50Us / *floorOne.P50Us), Unit: "x",
+			Note: fmt.Sprintf("%.0fµs / %.0fµs: what teamster's own work adds to the contract's chained hops", *latency.P50Us, *floorOne.P50Us)})
 	}
-	floor = find(fmt.Sprintf("floor: the flow's %s, %d in flight", flowRedisBatched, n))
-	if t := find(fmt.Sprintf("teamster: throughput, %d sessions in flight", n)); t != nil && floor != nil && floor.Value != nil && *floor.Value > 0 {
-		out = append(out, Row{Scenario: fmt.Sprintf("teamster / flow floor (batched) throughput, %d in flight", n), Value: ptr(*t.Value / *floor.Value), Unit: "x",
-			Note: fmt.Sprintf("%.0f attempts/s / %.0f flows/s", *t.Value, *floor.Value)})
+	if throughput != nil && floorMany != nil && throughput.Value != nil && floorMany.Value != nil && *floorMany.Value > 0 {
+		out = append(out, Row{Scenario: fmt.Sprintf("teamster / flow floor (batched) throughput, %d in flight", n), Value: ptr(*throughput.Value / *floorMany.Value), Unit: "x",
+			Note: fmt.Sprintf("%.0f attempts/s / %.0f flows/s", *throughput.Value, *floorMany.Value)})
 	}
 	return out
 }

@@ -115,12 +115,16 @@ func main() {
 	if err != nil {
 		fatalClose(srv, err)
 	}
+	// teamster's one-in-flight latency and its largest throughput row, for
+	// the comparison with the flow floor.
+	var latencyRow, throughputRow *Row
 	if want("latency") {
 		r, err := measureLatency(ctx, f, fl, *latencyN, 200, *latProfile)
 		if err != nil {
 			fatalFleet(f, srv, err)
 		}
 		rows = append(rows, r...)
+		latencyRow = &r[0] // submit→result
 	}
 	if want("throughput") {
 		for i, n := range counts {
@@ -132,7 +136,9 @@ func main() {
 			if err != nil {
 				fatalFleet(f, srv, err)
 			}
-			rows = append(rows, tr.row())
+			row := tr.row()
+			rows = append(rows, row)
+			throughputRow = &row
 		}
 	}
 	if want("flowfloor") {
@@ -152,14 +158,21 @@ func main() {
 		if n > 1 {
 			runs = append(runs, run{n, flowNoRedis}, run{n, flowRedisAlone}, run{n, flowRedisBatched})
 		}
+		var oneAlone, manyBatched *Row
 		for _, r := range runs {
 			row, err := measureFlowFloor(ctx, f, p, r.sessions, r.mode, *warm, *window)
 			if err != nil {
 				fatalFleet(f, srv, err)
 			}
 			rows = append(rows, row)
+			switch {
+			case r.sessions == 1 && r.mode == flowRedisAlone:
+				oneAlone = &row
+			case r.mode == flowRedisBatched:
+				manyBatched = &row
+			}
 		}
-		rows = append(rows, flowFloorRatios(rows, n)...)
+		rows = append(rows, flowFloorRatios(latencyRow, oneAlone, throughputRow, manyBatched, n)...)
 	}
 	if want("inject") {
 		r, err := measureInject(ctx, f, *injectN, 50)
