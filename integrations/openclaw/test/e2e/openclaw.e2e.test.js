@@ -99,11 +99,18 @@ async function attemptsOf(sessionKey, what, count = 1, timeoutMs = 60000) {
 
 /** assistantReply polls the session's history until an assistant row matches re. */
 async function assistantReply(sessionKey, re, timeoutMs = 120000) {
+  const isReply = (m) => m.role === "assistant" && re.test(m.text);
+  const rows = await historyUntil(sessionKey, (rs) => rs.some(isReply), timeoutMs);
+  return { rows, text: rows.find(isReply)?.text };
+}
+
+// historyUntil reads the session's history until done accepts it, or until
+// timeoutMs has passed; it returns the last rows read either way.
+async function historyUntil(sessionKey, done, timeoutMs) {
   const until = Date.now() + timeoutMs;
   for (;;) {
     const rows = await history(sessionKey);
-    const hit = rows.find((m) => m.role === "assistant" && re.test(m.text));
-    if (hit || Date.now() > until) return { rows, text: hit?.text };
+    if (done(rows) || Date.now() > until) return rows;
     await new Promise((r) => setTimeout(r, 250));
   }
 }
@@ -279,11 +286,14 @@ test("steering a running turn (chat.send, queueMode steer) reaches the scripted 
   const t0 = Date.now();
   const ack = await rpc("chat.send", { sessionKey: key, message: STEER, queueMode: "steer", idempotencyKey: `e2e-steer-${Date.now()}` });
   assert.equal(ack?.status, "started", JSON.stringify(ack));
-  const { rows, text } = await assistantReply(key, /done/, 120000);
-  assert.ok(text, `the steered turn ended:\n${JSON.stringify(rows)}\n${gatewayLog().slice(-3000)}`);
+  const { rows: replyRows, text } = await assistantReply(key, /done/, 120000);
+  assert.ok(text, `the steered turn ended:\n${JSON.stringify(replyRows)}\n${gatewayLog().slice(-3000)}`);
   assert.ok(Date.now() - t0 < 45000, "the harness took the steer instead of waiting out awaitInjection");
   // One reply, in the harness's order: the steer arrived while it waited.
   assert.match(text, new RegExp(`waiting for steering[\\s\\S]*${STEER}[\\s\\S]*done`));
+  // OpenClaw writes the steer's user row after the reply's (about 100 ms
+  // later in a CI run), so wait for it rather than read the history once.
+  const rows = await historyUntil(key, (rs) => rs.some((m) => m.role === "user" && m.text === STEER), 10000);
   assert.deepEqual(rows.filter((m) => m.role === "user").map((m) => m.text).slice(-1), [STEER], "the steering input is in the transcript");
   assert.equal(rows.filter((m) => m.role === "assistant").length, 1, "no second turn");
   // On the fleet: one attempt for the session, whose result holds the steer.
