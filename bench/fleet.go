@@ -109,6 +109,16 @@ type fleet struct {
 	workers []*worker.Worker
 	client  *client.Client
 	closers []func()
+	slots   int // of each measured worker
+}
+
+// fleetSlots is how many slots each of `workers` workers needs for
+// `sessions` sessions to run at once, and never fewer than the worker
+// default. With fewer, the sessions beyond the fleet's slots wait in
+// TEAMSTER_ATTEMPTS, which is a different load: smaller batches, more pull
+// requests, more CPU per attempt.
+func fleetSlots(sessions, workers int) int {
+	return max(worker.DefaultSlots, (sessions+workers-1)/workers)
 }
 
 // Harness ids the bench uses besides the dev config's codex and claude-cli.
@@ -121,7 +131,7 @@ const (
 // `slots` slots each, and one more worker hosting only the probe harness (so
 // that its pollers do not hold slots of the measured workers).
 func startFleet(ctx context.Context, srv *servers, workers, slots int) (*fleet, error) {
-	f := &fleet{srv: srv, log: quietLogger(), rt: &rtCounter{}}
+	f := &fleet{srv: srv, log: quietLogger(), rt: &rtCounter{}, slots: slots}
 	if err := f.startRouter(ctx); err != nil {
 		f.close()
 		return nil, err

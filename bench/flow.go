@@ -300,6 +300,7 @@ func durableCounts(ctx context.Context, c *client.Client) (map[string]uint64, er
 // throughputRun is the outcome of one throughput window.
 type throughputRun struct {
 	sessions  int
+	slots     int   // of each measured worker
 	completed int64 // results inside the window
 	window    time.Duration
 	lat       latencies
@@ -416,7 +417,7 @@ func measureThroughput(ctx context.Context, f *fleet, run, sessions int, warm, w
 		return nil, fmt.Errorf("throughput: session loops did not finish within 90s after the window")
 	}
 
-	tr := &throughputRun{sessions: sessions, completed: completed, window: w.elapsed, lat: w.latencies(), errors: errs, firstErr: firstErr,
+	tr := &throughputRun{sessions: sessions, slots: f.slots, completed: completed, window: w.elapsed, lat: w.latencies(), errors: errs, firstErr: firstErr,
 		submitted: int(submitted.Load()), cpu: w.cpu, redisCPU: w.redisCPU, trips: trips, cmds: cmds, kinds: kinds, redisWait: redisWait, machineBusy: w.machineBusy}
 	// Let the audit's copies of the last result events arrive, then look
 	// for missing and duplicate results.
@@ -484,6 +485,7 @@ func (tr *throughputRun) row() Row {
 	if tr.firstErr != "" {
 		note += "; first error: " + tr.firstErr
 	}
+	note = fmt.Sprintf("2 workers × %d slots; ", tr.slots) + note
 	r := Row{Scenario: fmt.Sprintf("teamster: throughput, %d sessions in flight", tr.sessions), Value: ptr(rate), Unit: "attempts/s", Note: note}.withLatency(tr.lat)
 	if tr.sessions >= 1024 {
 		return r.withGoal(fmt.Sprintf(">= %.0f/s, exactly one result each", goalThroughput), rate >= goalThroughput && exact)

@@ -215,7 +215,7 @@ func measureFlowFloor(ctx context.Context, f *fleet, p *flowPayloads, sessions i
 		return Row{}, err
 	}
 
-	// Two workers, 64 runs each at most, as the fleet's.
+	// Two workers, as many runs each at most as the fleet's have slots.
 	for w := 0; w < 2; w++ {
 		wnc, err := connectNATS(f.srv.natsURL, fmt.Sprintf("flow-worker-%d", w))
 		if err != nil {
@@ -231,7 +231,7 @@ func measureFlowFloor(ctx context.Context, f *fleet, p *flowPayloads, sessions i
 		if err != nil {
 			return Row{}, err
 		}
-		slots := make(chan struct{}, 64)
+		slots := make(chan struct{}, f.slots)
 		runMsgs := make(chan *nats.Msg, 1) // nothing is sent to a run's subjects here
 		run := func(m jetstream.Msg) {
 			defer func() { <-slots }()
@@ -280,7 +280,7 @@ func measureFlowFloor(ctx context.Context, f *fleet, p *flowPayloads, sessions i
 		cc, err := cons.Consume(func(m jetstream.Msg) {
 			slots <- struct{}{}
 			go run(m)
-		}, jetstream.PullMaxMessages(64))
+		}, jetstream.PullMaxMessages(f.slots))
 		if err != nil {
 			return Row{}, err
 		}

@@ -55,7 +55,7 @@ func main() {
 		renewN     = flag.Int("renew-rounds", 30, "RenewNow rounds the renewal CPU is averaged over")
 		memTurns   = flag.Int("mem-turns", 10000, "sleeping turns for the memory figures")
 		sessions   = flag.String("sessions", "1,64,1024", "session counts of the throughput runs")
-		slots      = flag.Int("slots", 64, "slots of each of the two measured workers (worker default: 64)")
+		slots      = flag.Int("slots", 0, "slots of each of the two measured workers; 0: enough for the largest session count to run at once (half of it each, at least the worker default of 64)")
 		workerBin  = flag.String("worker-bin", "", "worker binary for the memory scenario; default: go build ./cmd/worker")
 		only       = flag.String("only", "", "run only these scenarios (comma-separated: renew,floor,latency,throughput,flowfloor,inject,memory)")
 		failOnGoal = flag.Bool("fail-on-goal", false, "exit 1 when a goal fails")
@@ -110,8 +110,12 @@ func main() {
 		rows = append(rows, r...)
 	}
 
-	progress("starting the fleet: router, 2 workers (%d slots each), probe worker", *slots)
-	f, err := startFleet(ctx, srv, 2, *slots)
+	workerSlots := *slots
+	if workerSlots <= 0 {
+		workerSlots = fleetSlots(counts[len(counts)-1], 2)
+	}
+	progress("starting the fleet: router, 2 workers (%d slots each), probe worker", workerSlots)
+	f, err := startFleet(ctx, srv, 2, workerSlots)
 	if err != nil {
 		fatalClose(srv, err)
 	}
