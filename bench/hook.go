@@ -26,6 +26,8 @@ type rtCounter struct {
 	// ops counts commands by kind (a script by its name): under load one
 	// round trip carries the commands of many operations (leases' batcher).
 	ops sync.Map
+	// scripts caches a script's kind by its SHA.
+	scripts sync.Map
 
 	// While record is set, each round trip's duration is kept by kind.
 	record  atomic.Bool
@@ -134,7 +136,7 @@ func (c *rtCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if connSetup(cmd) {
 			return next(ctx, cmd)
 		}
-		kind := cmdKind(cmd)
+		kind := c.cmdKind(cmd)
 		c.add(kind, 1)
 		count(&c.ops, kind)
 		return c.timed(kind, func() error { return next(ctx, cmd) })
@@ -146,13 +148,11 @@ func (c *rtCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 		if len(cmds) > 0 && connSetup(cmds[0]) {
 			return next(ctx, cmds)
 		}
-		seen := map[string]bool{}
 		var kinds []string
 		for _, cmd := range cmds {
-			k := cmdKind(cmd)
+			k := c.cmdKind(cmd)
 			count(&c.ops, k)
-			if !seen[k] {
-				seen[k] = true
+			if !slices.Contains(kinds, k) {
 				kinds = append(kinds, k)
 			}
 		}
@@ -188,9 +188,11 @@ var scriptByKeys = map[string]string{
 	"fence":                             "epoch",
 }
 
-// cmdKind is the command's name, or for a script call the script's name.
-func cmdKind(cmd redis.Cmder) string {
-	name := strings.ToLower(cmd.Name())
+// cmdKind is the command's name, or for a script call the script's name,
+// worked out once per script (by its SHA) so that counting costs the
+// measured fleet little.
+func (c *rtCounter) cmdKind(cmd redis.Cmder) string {
+	name := cmd.Name()
 	if name != "evalsha" && name != "eval" {
 		return name
 	}
@@ -198,6 +200,21 @@ func cmdKind(cmd redis.Cmder) string {
 	if len(args) < 3 {
 		return name
 	}
+	sha, _ := args[1].(string)
+	if name == "evalsha" {
+		if k, ok := c.scripts.Load(sha); ok {
+			return k.(string)
+		}
+	}
+	k := scriptKind(args)
+	if name == "evalsha" {
+		c.scripts.Store(sha, k)
+	}
+	return k
+}
+
+// scriptKind names a script call by the kinds of the keys it was given.
+func scriptKind(args []any) string {
 	n := 0
 	switch v := args[2].(type) {
 	case int:
