@@ -208,7 +208,7 @@ func TestBatchedScriptsSurviveAScriptFlush(t *testing.T) {
 	if err := s.rdb.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.MarkPublished(ctx, "flushed", "flushed-a1"); err != nil {
+	if _, err := s.MarkPublished(ctx, "flushed", "flushed-a1", "test"); err != nil {
 		t.Fatal(err)
 	}
 	rec, err := s.Attempt(ctx, "flushed", "flushed-a1")

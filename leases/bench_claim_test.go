@@ -123,7 +123,7 @@ func BenchmarkAttemptPath(b *testing.B) {
 		if err != nil || st != Finished {
 			b.Fatalf("finish %s: %v %s", id, err, st)
 		}
-		if err := s.MarkPublished(ctx, "bench:path", id); err != nil {
+		if _, err := s.MarkPublished(ctx, "bench:path", id, "test"); err != nil {
 			b.Fatalf("mark published %s: %v", id, err)
 		}
 		d = append(d, time.Since(t0))

@@ -85,3 +85,16 @@ func waitRedis(t *testing.T, s *Store) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// finishedOK accepts, claims (under holder w1) and finishes attempt as ok
+// with result, and returns its lease.
+func finishedOK(t *testing.T, s *Store, session, attempt, result string) *Lease {
+	t.Helper()
+	k := newKeeper(t, s, "w1", 5*time.Second, nil)
+	accept(t, s, session, attempt, time.Minute)
+	l := mustClaim(t, k, session, attempt)
+	if st, err := l.Finish(ctx, Outcome{Code: OutcomeOK, Result: []byte(result)}); err != nil || st != Finished {
+		t.Fatalf("finish %s: %s %v", attempt, st, err)
+	}
+	return l
+}

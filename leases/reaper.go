@@ -103,9 +103,13 @@ func (s *Store) Reap(ctx context.Context, e DueEntry, grace time.Duration) (Reap
 
 // MarkPublishedTag is MarkPublished for the reaper, which knows the session
 // only by its tag.
-func (s *Store) MarkPublishedTag(ctx context.Context, tag, attemptID string) error {
-	return s.markPublished(ctx, tag, attemptID)
+func (s *Store) MarkPublishedTag(ctx context.Context, tag, attemptID, by string) (Marked, error) {
+	return s.markPublished(ctx, tag, attemptID, by)
 }
+
+// MarkerToken is a fresh marker token for MarkPublished, for a caller that
+// has none of its own (a reaper, per attempt it publishes).
+func MarkerToken() string { return newEpoch() }
 
 // IndexLen is the number of attempts in the reaper index.
 func (s *Store) IndexLen(ctx context.Context) (int64, error) {

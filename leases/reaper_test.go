@@ -46,7 +46,7 @@ func TestReaperSettlesAndPublishesOnce(t *testing.T) {
 		t.Fatalf("entries handed out twice: %v", again)
 	}
 	for id, sess := range map[string]string{"q1": "s1", "c1": "s2"} {
-		if err := s.MarkPublished(ctx, sess, id); err != nil {
+		if _, err := s.MarkPublished(ctx, sess, id, "test"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -95,7 +95,7 @@ func TestConcurrentReapersSettleOnce(t *testing.T) {
 							mu.Unlock()
 						}
 					}
-					if err := s.MarkPublishedTag(ctx, e.Tag, e.AttemptID); err != nil {
+					if _, err := s.MarkPublishedTag(ctx, e.Tag, e.AttemptID, "test"); err != nil {
 						t.Error(err)
 					}
 				}
@@ -195,7 +195,7 @@ func TestRedeliveredClaimPointsTheReapersAtTheAttempt(t *testing.T) {
 	reapsWorkerLost(t, s, "a")
 	// Another redelivery, of an attempt already published (no index
 	// entry): the claim creates none.
-	if err := s.MarkPublished(ctx, "s", "a"); err != nil {
+	if _, err := s.MarkPublished(ctx, "s", "a", "test"); err != nil {
 		t.Fatal(err)
 	}
 	if _, res, err := k.Claim(ctx, "s", "a"); err != nil || res.Status != ClaimDone {
@@ -218,4 +218,41 @@ func TestClaimWalkPointsTheReapersAtWhatItSettled(t *testing.T) {
 	lostClaim(t, k, "s", "a1")
 	mustClaim(t, k, "s", "a2")  // walks: a1 is worker_lost; waits for the index update
 	reapsWorkerLost(t, s, "a1") // a2's entry is at its lease expiry
+}
+
+// The first caller to mark an outcome published is the one that sends its
+// result event: a worker and a reaper that both published it get different
+// answers, a marker retrying with its own token is still the first, and a
+// record that is gone says so without being re-created.
+func TestMarkPublishedFirstMarkerWins(t *testing.T) {
+	s := newStore(t)
+	l := finishedOK(t, s, "s1", "a1", `{"ok":true}`)
+	if a, _ := s.Attempt(ctx, "s1", "a1"); a.Published {
+		t.Fatalf("finished record %+v reads published before any mark", a)
+	}
+	steps := []struct {
+		name string
+		mark func() (Marked, error)
+		want Marked
+	}{
+		{"the worker", func() (Marked, error) { return s.MarkPublished(ctx, "s1", "a1", l.Fence()) }, MarkedNow},
+		{"the worker again (a lost reply)", func() (Marked, error) { return s.MarkPublished(ctx, "s1", "a1", l.Fence()) }, MarkedNow},
+		{"a reaper", func() (Marked, error) { return s.MarkPublishedTag(ctx, Tag("s1"), "a1", MarkerToken()) }, MarkedBefore},
+		{"another reaper", func() (Marked, error) { return s.MarkPublishedTag(ctx, Tag("s1"), "a1", MarkerToken()) }, MarkedBefore},
+		{"a missing record", func() (Marked, error) { return s.MarkPublished(ctx, "s1", "never-accepted", "x") }, MarkedGone},
+	}
+	for _, st := range steps {
+		if m, err := st.mark(); err != nil || m != st.want {
+			t.Fatalf("mark by %s: %v %v, want %v", st.name, m, err, st.want)
+		}
+	}
+	if a, _ := s.Attempt(ctx, "s1", "a1"); !a.Published {
+		t.Fatalf("marked record %+v does not read published", a)
+	}
+	if n, err := s.rdb.Exists(ctx, keysFor("s1").attempt("never-accepted")).Result(); err != nil || n != 0 {
+		t.Fatalf("marking a missing record created it (exists=%d, %v)", n, err)
+	}
+	if _, err := s.MarkPublished(ctx, "s1", "a1", ""); err == nil {
+		t.Fatal("an empty marker token was accepted")
+	}
 }

@@ -87,16 +87,11 @@ func TestRetentionSetsTheRecordsTTL(t *testing.T) {
 // it.
 func TestMarkPublishedDropsTheStoredResult(t *testing.T) {
 	s := newStore(t)
-	k := newKeeper(t, s, "w1", 5*time.Second, nil)
-	accept(t, s, "s1", "a1", time.Minute)
-	l := mustClaim(t, k, "s1", "a1")
-	if st, err := l.Finish(ctx, Outcome{Code: OutcomeOK, Result: []byte(`{"ok":true}`)}); err != nil || st != Finished {
-		t.Fatalf("finish: %s %v", st, err)
-	}
+	finishedOK(t, s, "s1", "a1", `{"ok":true}`)
 	if a, _ := s.Attempt(ctx, "s1", "a1"); string(a.Result) != `{"ok":true}` || a.Published {
 		t.Fatalf("finished record %+v, want the result, unpublished", a)
 	}
-	if err := s.MarkPublished(ctx, "s1", "a1"); err != nil {
+	if _, err := s.MarkPublished(ctx, "s1", "a1", "test"); err != nil {
 		t.Fatal(err)
 	}
 	a, err := s.Attempt(ctx, "s1", "a1")

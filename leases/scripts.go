@@ -321,12 +321,23 @@ return 1
 // results stream holds it now, and only a republish (of an outcome not yet
 // marked) reads it from the record. The record keeps what answers a
 // resubmit for the rest of its retention, whatever the result's size.
+// First marker wins: whoever marks it sends the result event (DESIGN.md:
+// published, marked, and only then sent), so a worker and a reaper that
+// both published the outcome never both send it. The mark is the marker's
+// token, so a marker retrying after a lost reply is still the first.
 //
 // KEYS[1] teamster:{s}:attempt:<attemptId>
-// Returns 1 when marked, 0 when the record is gone.
+// ARGV[1] the marker's token (non-empty)
+// Returns 1 when marked by this token (now, or by an earlier try), 2 when
+// marked by another, 0 when the record is gone.
 var markPublishedScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('HSET', KEYS[1], 'published', '1')
+local st = redis.call('HMGET', KEYS[1], 'state', 'published')
+if not st[1] then return 0 end
+if st[2] then
+  if st[2] == ARGV[1] then return 1 end
+  return 2
+end
+redis.call('HSET', KEYS[1], 'published', ARGV[1])
 redis.call('HDEL', KEYS[1], 'result')
 return 1
 `)
@@ -389,7 +400,7 @@ elseif r[1] == 'claimed' then
   settle(KEYS[2], 'worker_lost', now, ARGV[3])
   redis.call('LREM', KEYS[1], 0, ARGV[1])
 else
-  if r[3] == '1' then return {'gone'} end
+  if r[3] then return {'gone'} end
   if r[5] == 'worker' then
     local at = tonumber(r[4] or '0') + tonumber(ARGV[2])
     if now < at then return {'wait', tostring(at)} end

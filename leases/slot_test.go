@@ -57,7 +57,7 @@ func TestEveryScriptIsGivenKeysOfOneSlot(t *testing.T) {
 	if _, err := l4.Unclaim(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.MarkPublished(ctx, "sess", "a1"); err != nil {
+	if _, err := s.MarkPublished(ctx, "sess", "a1", "test"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Due(ctx, 10, time.Second); err != nil {

@@ -223,19 +223,51 @@ func (s *Store) Unaccept(ctx context.Context, sessionKey, attemptID string) (boo
 	return n == 1, err
 }
 
-// MarkPublished marks an attempt's outcome as durably published and drops it
-// from the reaper index, in one round trip.
-func (s *Store) MarkPublished(ctx context.Context, sessionKey, attemptID string) error {
-	return s.markPublished(ctx, Tag(sessionKey), attemptID)
+// Marked is what marking an outcome published found. The caller that marks
+// it sends the result event; no other does.
+type Marked int
+
+const (
+	// MarkedNow: this call marked the outcome published; its caller sends
+	// the result event.
+	MarkedNow Marked = iota + 1
+	// MarkedBefore: another caller (a reaper, or the worker) marked it first
+	// and sent the result event.
+	MarkedBefore
+	// MarkedGone: there is no record (Redis lost it, or its retention
+	// ended), so no reaper will publish the outcome.
+	MarkedGone
+)
+
+// MarkPublished marks an attempt's outcome as durably published, by the
+// marker token `by`, and drops it from the reaper index, in one round trip. A
+// marker retrying with the same token after a lost reply gets MarkedNow
+// again. On an error the outcome may or may not be marked: its caller does
+// not send the result event, and unless the mark went through a reaper
+// publishes the outcome again and sends it.
+func (s *Store) MarkPublished(ctx context.Context, sessionKey, attemptID, by string) (Marked, error) {
+	return s.markPublished(ctx, Tag(sessionKey), attemptID, by)
 }
 
-func (s *Store) markPublished(ctx context.Context, tag, attemptID string) error {
-	unindex := redis.NewIntCmd(ctx, "zrem", ReaperIndexKey, indexMember(tag, attemptID))
-	mark := s.script(ctx, []redis.Cmder{unindex}, markPublishedScript, []string{keysOfTag(tag).attempt(attemptID)})
-	if err := mark.Err(); err != nil {
-		return err
+func (s *Store) markPublished(ctx context.Context, tag, attemptID, by string) (Marked, error) {
+	if by == "" {
+		return 0, errors.New("mark published: empty marker token")
 	}
-	return unindex.Err()
+	unindex := redis.NewIntCmd(ctx, "zrem", ReaperIndexKey, indexMember(tag, attemptID))
+	n, err := s.script(ctx, []redis.Cmder{unindex}, markPublishedScript, []string{keysOfTag(tag).attempt(attemptID)}, by).Int()
+	if err != nil {
+		return 0, err
+	}
+	// A lost index removal is harmless: the reaper finds the outcome
+	// published and drops the entry itself.
+	switch n {
+	case 1:
+		return MarkedNow, nil
+	case 2:
+		return MarkedBefore, nil
+	default:
+		return MarkedGone, nil
+	}
 }
 
 // AttemptRecord is an attempt's record as stored.
@@ -274,7 +306,7 @@ func (s *Store) attemptByTag(ctx context.Context, tag, attemptID string) (*Attem
 	return &AttemptRecord{
 		State: m["state"], HarnessID: m["harness"], ReplyTo: m["replyTo"], Reply: []byte(m["reply"]),
 		Deadline: time.UnixMilli(deadline), WorkerID: m["worker"], Fence: m["fence"], SeqMax: seq,
-		Outcome: m["outcome"], Result: []byte(m["result"]), Published: m["published"] == "1",
+		Outcome: m["outcome"], Result: []byte(m["result"]), Published: m["published"] != "",
 	}, nil
 }
 

@@ -116,24 +116,35 @@ func (rp *reaper) reap(ctx context.Context, e leases.DueEntry) {
 		}
 	}
 	err = bus.PublishResultBody(ctx, rp.js, e.AttemptID, body)
-	switch {
-	case errors.Is(err, bus.ErrResultExists):
-		log.Info("reaper: a result was published before; nothing owed")
-	case err != nil:
+	exists := errors.Is(err, bus.ErrResultExists)
+	if err != nil && !exists {
 		log.Warn("reaper: publish failed; retried after the visibility window: " + err.Error())
 		return
-	default:
+	}
+	if exists {
+		log.Info("reaper: a result was published before; nothing owed")
+	} else {
 		log.WithFields(logrus.Fields{"outcome": res.Outcome, "worker": res.WorkerID}).Info("reaper published the attempt's result")
 		rp.m.Reaped.WithLabelValues(res.Outcome).Inc()
+	}
+	// Published, marked, and only then sent (DESIGN.md), by the first to
+	// mark it: the worker, or another reaper, may have published the same
+	// outcome meanwhile and sent its result event.
+	marked, err := rp.store.MarkPublishedTag(ctx, e.Tag, e.AttemptID, leases.MarkerToken())
+	switch {
+	case err != nil:
+		log.Warn("reaper: mark published failed; the reaper that marks it sends the result event: " + err.Error())
+	case exists:
+		// Another result stands; the record's outcome is not the result.
+	case marked != leases.MarkedNow:
+		log.Info("reaper: the result was marked published by another, which sent the result event")
+	default:
 		if res.ReplyTo != "" {
 			ev := &bus.Event{V: bus.Version, AttemptID: e.AttemptID, Seq: res.SeqMax + 1, Type: bus.EventResult, Data: body}
 			if err := bus.SendEvent(rp.nc, res.ReplyTo, ev); err != nil {
 				log.Debug("reaper: result event not sent: " + err.Error())
 			}
 		}
-	}
-	if err := rp.store.MarkPublishedTag(ctx, e.Tag, e.AttemptID); err != nil {
-		log.Warn("reaper: mark published: " + err.Error())
 	}
 }
 

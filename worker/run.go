@@ -327,7 +327,8 @@ func retryFor(ctx context.Context, maxElapsed time.Duration, op func() error) er
 
 // finish records the result under the lease and publishes it: the fenced
 // finish (outcome, session record, order, lease in one script), then the
-// durable result, then the mark, then the result event. A run whose lease is
+// durable result, then the mark, then (for the first marker) the result
+// event. A run whose lease is
 // gone commits nothing: its outcome becomes lease_lost and is recorded only
 // if no other outcome was (Abandon).
 func (r *run) finish(res *bus.Result) {
@@ -433,25 +434,46 @@ func (r *run) abandon(ctx context.Context, res *bus.Result) {
 	}
 }
 
-// deliver publishes a recorded outcome durably, sends it to the submitter
-// and marks it published (after the event: the mark only spares the reaper a
-// republish, so the submitter need not wait for it). If the durable publish
-// never succeeds the reaper republishes it from the record.
+// deliver publishes a recorded outcome durably, marks it published, and only
+// then sends it to the submitter (DESIGN.md), and only when this worker's
+// mark was the first: a reaper that republished the outcome meanwhile (this
+// worker took longer than the reaper's grace, say through a NATS outage) has
+// sent the result event itself, and a submitter gets it once. If the durable
+// publish never succeeds, or the mark never gets through, the reaper
+// republishes the outcome from the record and sends it.
 func (r *run) deliver(ctx context.Context, body []byte, status teamster.Status) {
 	if !r.publishDurable(ctx, body) {
 		return
 	}
-	r.sendResult(body, status)
-	if err := r.w.store.MarkPublished(ctx, r.attempt.SessionKey, r.attempt.AttemptID); err != nil {
-		r.log().Warn("result not marked published (the reaper will publish it again, harmlessly): " + err.Error())
+	var marked leases.Marked
+	err := retryFor(ctx, markBudget, func() error {
+		var merr error
+		// The claim's fence is this run's marker token: no other run has it.
+		marked, merr = r.w.store.MarkPublished(ctx, r.attempt.SessionKey, r.attempt.AttemptID, r.lease.Fence())
+		return merr
+	})
+	switch {
+	case err != nil:
+		r.log().Warn("result not marked published; the reaper publishes it again and sends the result event: " + err.Error())
+		r.endResult(body, status, false)
+	case marked == leases.MarkedBefore:
+		r.log().Info("a reaper published the result first and sent the result event")
+		r.endResult(body, status, false)
+	default: // marked now, or the record is gone (no reaper will send it)
+		r.endResult(body, status, true)
 	}
 }
+
+// markBudget is how long a worker retries marking a published result. Any
+// length is safe (the first marker sends the result event); past it the
+// reaper takes over.
+const markBudget = 10 * time.Second
 
 // deliverUnrecorded publishes a result that has no record (Redis lost it):
 // the durable stream alone decides which result stands.
 func (r *run) deliverUnrecorded(ctx context.Context, body []byte, status teamster.Status) {
 	if r.publishDurable(ctx, body) {
-		r.sendResult(body, status)
+		r.endResult(body, status, true)
 	}
 }
 
@@ -474,9 +496,10 @@ func (r *run) publishDurable(ctx context.Context, body []byte) bool {
 	return err == nil
 }
 
-// sendResult sends the result event, the last event of the run, and counts
-// the run as finished by this worker with status.
-func (r *run) sendResult(body []byte, status teamster.Status) {
+// endResult counts the run as finished by this worker with status, drops
+// its subjects and, when send is set, sends the result event, the last event
+// of the run.
+func (r *run) endResult(body []byte, status teamster.Status, send bool) {
 	r.w.m.Finished.WithLabelValues(r.harnessID, string(status)).Inc()
 	r.w.m.RunDuration.WithLabelValues(r.harnessID).Observe(time.Since(r.started).Seconds())
 	r.mu.Lock()
@@ -489,8 +512,10 @@ func (r *run) sendResult(body []byte, status teamster.Status) {
 	// event, so a cancel or inject sent by someone who saw the result finds
 	// no run (no_active_run) instead of a subscription about to go.
 	r.unsubscribeLocked()
-	r.seq++
-	r.publishEvent(r.seq, bus.EventResult, body)
+	if send {
+		r.seq++
+		r.publishEvent(r.seq, bus.EventResult, body)
+	}
 }
 
 // publishOrphan answers an attempt that cannot be run and has no record.
