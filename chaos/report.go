@@ -44,7 +44,7 @@ func printTable(w io.Writer, rows []*row, scs map[string]*scenario) {
 		if sc.oneEvent {
 			fmt.Fprintf(w, "   events    NATS stays up: exactly one result event per attempt on its replyTo, equal to the durable result\n")
 		} else {
-			fmt.Fprintf(w, "   events    every result event, the Handle's result and the durable result must agree; a missing event (core NATS) or a byte-identical repeat (ARCHITECTURE.md) is noted, not failed\n")
+			fmt.Fprintf(w, "   events    at most one result event per attempt; it, the Handle's result and the durable result must agree; a missing event (core NATS) is noted, not failed\n")
 		}
 		if r.infra != nil {
 			fmt.Fprintf(w, "   error     %v\n", r.infra)

@@ -64,9 +64,9 @@ type scenario struct {
 	allowed []teamster.Code
 	// ledgerCheck is checkStepsAndLedger or checkStepsOnly.
 	ledgerCheck string
-	// oneEvent: NATS stays up, so every accepted attempt must have exactly
-	// one result event on its replyTo (not zero, not two byte-identical
-	// ones, which ARCHITECTURE.md tolerates when a publisher was slow).
+	// oneEvent: NATS stays up, so every accepted attempt must have a result
+	// event on its replyTo. In every scenario none may have two: the first
+	// to mark an outcome published sends it (ARCHITECTURE.md).
 	oneEvent bool
 	// longTurns: the load's turns run about twice as long, so that more of
 	// them are mid-run when the fault strikes.
