@@ -328,9 +328,8 @@ func retryFor(ctx context.Context, maxElapsed time.Duration, op func() error) er
 // finish records the result under the lease and publishes it: the fenced
 // finish (outcome, session record, order, lease in one script), then the
 // durable result, then the mark, then (for the first marker) the result
-// event. A run whose lease is
-// gone commits nothing: its outcome becomes lease_lost and is recorded only
-// if no other outcome was (Abandon).
+// event. A run whose lease is gone commits nothing: its outcome becomes
+// lease_lost and is recorded only if no other outcome was (Abandon).
 func (r *run) finish(res *bus.Result) {
 	if r.w.isKilled() || !r.finishing.CompareAndSwap(false, true) {
 		return
