@@ -57,7 +57,8 @@ func main() {
 		sessions   = flag.String("sessions", "1,64,1024", "session counts of the throughput runs")
 		slots      = flag.Int("slots", 0, "slots of each of the two measured workers; 0: enough for the largest session count to run at once (half of it each, at least the worker default of 64)")
 		workerBin  = flag.String("worker-bin", "", "worker binary for the memory scenario; default: go build ./cmd/worker")
-		only       = flag.String("only", "", "run only these scenarios (comma-separated: renew,floor,latency,throughput,flowfloor,inject,memory)")
+		only       = flag.String("only", "", "run only these scenarios (comma-separated: renew,floor,latency,throughput,flowfloor,inject,memory; and resultsmem, which runs only when named)")
+		resultsN   = flag.Int("results-n", 200000, "results the resultsmem scenario stores")
 		failOnGoal = flag.Bool("fail-on-goal", false, "exit 1 when a goal fails")
 		debugAddr  = flag.String("debug-addr", "", "serve net/http/pprof on this address while running, e.g. 127.0.0.1:6060")
 	)
@@ -180,6 +181,13 @@ func main() {
 	}
 	if want("inject") {
 		r, err := measureInject(ctx, f, *injectN, 50)
+		if err != nil {
+			fatalFleet(f, srv, err)
+		}
+		rows = append(rows, r...)
+	}
+	if *only != "" && strings.Contains(","+*only+",", ",resultsmem,") {
+		r, err := measureResultsMemory(ctx, *resultsN)
 		if err != nil {
 			fatalFleet(f, srv, err)
 		}
