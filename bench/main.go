@@ -66,7 +66,8 @@ func main() {
 	if *debugAddr != "" {
 		go func() { fatal(http.ListenAndServe(*debugAddr, nil)) }()
 	}
-	want := func(s string) bool { return *only == "" || strings.Contains(","+*only+",", ","+s+",") }
+	named := func(s string) bool { return strings.Contains(","+*only+",", ","+s+",") }
+	want := func(s string) bool { return *only == "" || named(s) }
 	counts, err := parseCounts(*sessions)
 	if err != nil {
 		fatal(err)
@@ -186,7 +187,7 @@ func main() {
 		}
 		rows = append(rows, r...)
 	}
-	if *only != "" && strings.Contains(","+*only+",", ",resultsmem,") {
+	if named("resultsmem") {
 		r, err := measureResultsMemory(ctx, *resultsN)
 		if err != nil {
 			fatalFleet(f, srv, err)
