@@ -105,9 +105,16 @@ func (rp *reaper) reap(ctx context.Context, e leases.DueEntry) {
 		log.Warn("reaper: " + err.Error())
 		return
 	}
-	if res.Action != leases.ReapPublish {
-		return
+	if res.Action == leases.ReapPublish {
+		rp.publish(ctx, log, e, res)
 	}
+}
+
+// publish stores an outcome the reaper decided (or republishes one a worker
+// recorded) on the results stream, marks it published, and sends its result
+// event when the reaper's mark was the first.
+func (rp *reaper) publish(ctx context.Context, log logrus.FieldLogger, e leases.DueEntry, res leases.Reaped) {
+	var err error
 	body := res.Result
 	if len(body) == 0 {
 		if body, err = fleetResult(e.AttemptID, res); err != nil {
@@ -117,13 +124,13 @@ func (rp *reaper) reap(ctx context.Context, e leases.DueEntry) {
 	}
 	err = bus.PublishResultBody(ctx, rp.js, e.AttemptID, body)
 	exists := errors.Is(err, bus.ErrResultExists)
-	if err != nil && !exists {
+	switch {
+	case exists:
+		log.Info("reaper: another result was published first; nothing owed")
+	case err != nil:
 		log.Warn("reaper: publish failed; retried after the visibility window: " + err.Error())
 		return
-	}
-	if exists {
-		log.Info("reaper: a result was published before; nothing owed")
-	} else {
+	default:
 		log.WithFields(logrus.Fields{"outcome": res.Outcome, "worker": res.WorkerID}).Info("reaper published the attempt's result")
 		rp.m.Reaped.WithLabelValues(res.Outcome).Inc()
 	}
@@ -134,16 +141,14 @@ func (rp *reaper) reap(ctx context.Context, e leases.DueEntry) {
 	switch {
 	case err != nil:
 		log.Warn("reaper: mark published failed; the reaper that marks it sends the result event: " + err.Error())
-	case exists:
-		// Another result stands; the record's outcome is not the result.
+	case exists || res.ReplyTo == "":
+		// Another result stands (its publisher sent it), or nobody listens.
 	case marked != leases.MarkedNow:
 		log.Info("reaper: the result was marked published by another, which sent the result event")
 	default:
-		if res.ReplyTo != "" {
-			ev := &bus.Event{V: bus.Version, AttemptID: e.AttemptID, Seq: res.SeqMax + 1, Type: bus.EventResult, Data: body}
-			if err := bus.SendEvent(rp.nc, res.ReplyTo, ev); err != nil {
-				log.Debug("reaper: result event not sent: " + err.Error())
-			}
+		ev := &bus.Event{V: bus.Version, AttemptID: e.AttemptID, Seq: res.SeqMax + 1, Type: bus.EventResult, Data: body}
+		if err := bus.SendEvent(rp.nc, res.ReplyTo, ev); err != nil {
+			log.Debug("reaper: result event not sent: " + err.Error())
 		}
 	}
 }

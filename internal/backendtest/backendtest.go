@@ -1,0 +1,87 @@
+// Package backendtest gives a test of one component (a router's reaper, a
+// worker's delivery) the real backends it talks to: an embedded NATS with
+// teamster's streams and bucket set up, and a private redis-server with the
+// leases scripts loaded. Whole fleets are internal/fleettest's.
+package backendtest
+
+import (
+	"context"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+	"github.com/sirupsen/logrus"
+
+	"github.com/teamster-fleet/teamster/bus"
+	"github.com/teamster-fleet/teamster/internal/testenv"
+	"github.com/teamster-fleet/teamster/leases"
+)
+
+// Backends are one test's NATS and Redis.
+type Backends struct {
+	NC    *nats.Conn
+	JS    jetstream.JetStream
+	Store *leases.Store
+	// Log discards what it is given.
+	Log *logrus.Logger
+}
+
+// Start starts both for t; they stop when t ends.
+func Start(t testing.TB) *Backends {
+	t.Helper()
+	nc, js := testenv.NewNATS(t).JetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := bus.Setup(ctx, js, bus.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.NewRedis(t).Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	store := leases.NewStore(rdb)
+	if err := store.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	return &Backends{NC: nc, JS: js, Store: store, Log: log}
+}
+
+// ResultEvents counts the result events sent under prefix (subjects
+// prefix.>), by attempt id. The function it returns waits until what was
+// sent so far has arrived, then returns the counts and starts over.
+func (b *Backends) ResultEvents(t testing.TB, prefix string) func() map[string]int {
+	t.Helper()
+	var mu sync.Mutex
+	counts := map[string]int{}
+	sub, err := b.NC.Subscribe(prefix+".>", func(m *nats.Msg) {
+		var e bus.Event
+		if bus.Decode(m.Data, &e) == nil && e.Type == bus.EventResult {
+			mu.Lock()
+			counts[e.AttemptID]++
+			mu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := b.NC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return func() map[string]int {
+		t.Helper()
+		if err := b.NC.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond) // a later event would have arrived by now
+		mu.Lock()
+		defer mu.Unlock()
+		got := counts
+		counts = map[string]int{}
+		return got
+	}
+}
