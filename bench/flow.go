@@ -300,10 +300,8 @@ func durableCounts(ctx context.Context, c *client.Client) (map[string]uint64, er
 // throughputRun is the outcome of one throughput window.
 type throughputRun struct {
 	sessions  int
-	slots     int   // of each measured worker
-	completed int64 // results inside the window
-	window    time.Duration
-	lat       latencies
+	slots     int    // of each measured worker
+	w         *meter // the window: results inside it, their latencies, its CPU
 	submitted int
 	accepted  int
 	errors    int
@@ -312,15 +310,10 @@ type throughputRun struct {
 	dupes     int // attempts with more than one result event
 	durableOK bool
 	durable   string
-	cpu       time.Duration // this process's CPU during the window
-	redisCPU  time.Duration // redis-server's CPU during the window
 	trips     int64         // Redis round trips of the router and workers during the window
 	cmds      int64         // commands in them
 	kinds     string        // commands by kind, per result
 	redisWait time.Duration // time callers spent in those round trips
-	// machineBusy is how busy all the machine's CPUs were (every process),
-	// in percent.
-	machineBusy float64
 }
 
 // measureThroughput runs `sessions` session loops (submit, wait for the
@@ -417,8 +410,8 @@ func measureThroughput(ctx context.Context, f *fleet, run, sessions int, warm, w
 		return nil, fmt.Errorf("throughput: session loops did not finish within 90s after the window")
 	}
 
-	tr := &throughputRun{sessions: sessions, slots: f.slots, completed: completed, window: w.elapsed, lat: w.latencies(), errors: errs, firstErr: firstErr,
-		submitted: int(submitted.Load()), cpu: w.cpu, redisCPU: w.redisCPU, trips: trips, cmds: cmds, kinds: kinds, redisWait: redisWait, machineBusy: w.machineBusy}
+	tr := &throughputRun{sessions: sessions, slots: f.slots, w: &w, errors: errs, firstErr: firstErr,
+		submitted: int(submitted.Load()), trips: trips, cmds: cmds, kinds: kinds, redisWait: redisWait}
 	// Let the audit's copies of the last result events arrive, then look
 	// for missing and duplicate results.
 	var all []string
@@ -469,24 +462,23 @@ func measureThroughput(ctx context.Context, f *fleet, run, sessions int, warm, w
 }
 
 func (tr *throughputRun) row() Row {
-	rate := float64(tr.completed) / tr.window.Seconds()
+	w, completed := tr.w, tr.w.completed.Load()
+	rate := float64(completed) / w.elapsed.Seconds()
 	exact := tr.errors == 0 && tr.missing == 0 && tr.dupes == 0 && tr.durableOK && tr.accepted == tr.submitted
 	note := fmt.Sprintf("%d results in %s window; latency is submit→result under load; %d attempts submitted in all, %d accepted, %d errors, %d without a result event, %d with more than one; %s",
-		tr.completed, tr.window.Round(time.Millisecond), tr.submitted, tr.accepted, tr.errors, tr.missing, tr.dupes, tr.durable)
-	if tr.completed > 0 {
-		per := time.Duration(int64(tr.cpu) / tr.completed)
-		rper := time.Duration(int64(tr.redisCPU) / tr.completed)
+		completed, w.elapsed.Round(time.Millisecond), tr.submitted, tr.accepted, tr.errors, tr.missing, tr.dupes, tr.durable)
+	if completed > 0 {
+		cpu, rcpu := w.perOp()
 		note = fmt.Sprintf("CPU per attempt: %s in this process (router, workers, client, NATS server) + %s redis-server; this process used %.0f%% of %d CPUs, the whole machine (every process) %.0f%%; %.1f Redis round trips per attempt (%.1f commands each); ",
-			per.Round(time.Microsecond), rper.Round(time.Microsecond),
-			100*float64(tr.cpu)/float64(tr.window)/float64(runtime.NumCPU()), runtime.NumCPU(), tr.machineBusy,
-			float64(tr.trips)/float64(tr.completed), float64(tr.cmds)/float64(max(tr.trips, 1))) + fmt.Sprintf("callers spent %s per attempt in Redis round trips (pool waits included); ",
-			time.Duration(int64(tr.redisWait)/tr.completed).Round(time.Microsecond)) + note + "; Redis commands per result by kind: " + tr.kinds
+			cpu, rcpu, 100*float64(w.cpu)/float64(w.elapsed)/float64(runtime.NumCPU()), runtime.NumCPU(), w.machineBusy,
+			float64(tr.trips)/float64(completed), float64(tr.cmds)/float64(max(tr.trips, 1))) + fmt.Sprintf("callers spent %s per attempt in Redis round trips (pool waits included); ",
+			(tr.redisWait/time.Duration(completed)).Round(time.Microsecond)) + note + "; Redis commands per result by kind: " + tr.kinds
 	}
 	if tr.firstErr != "" {
 		note += "; first error: " + tr.firstErr
 	}
 	note = fmt.Sprintf("2 workers × %d slots; ", tr.slots) + note
-	r := Row{Scenario: fmt.Sprintf("teamster: throughput, %d sessions in flight", tr.sessions), Value: ptr(rate), Unit: "attempts/s", Note: note}.withLatency(tr.lat)
+	r := Row{Scenario: fmt.Sprintf("teamster: throughput, %d sessions in flight", tr.sessions), Value: ptr(rate), Unit: "attempts/s", Note: note}.withLatency(w.latencies())
 	if tr.sessions >= 1024 {
 		return r.withGoal(fmt.Sprintf(">= %.0f/s, exactly one result each", goalThroughput), rate >= goalThroughput && exact)
 	}

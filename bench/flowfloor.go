@@ -359,8 +359,8 @@ func measureFlowFloor(ctx context.Context, f *fleet, p *flowPayloads, sessions i
 	progress("flow floor (%s): %.0f flows/s", what, rate)
 	note := fmt.Sprintf("DESIGN.md's flow of one attempt with none of teamster's work (bench/flowfloor.go); %d flows in %s", completed, w.elapsed.Round(time.Millisecond))
 	if completed > 0 {
-		note = fmt.Sprintf("CPU per flow: %s in this process + %s redis-server; ",
-			time.Duration(int64(w.cpu)/completed).Round(time.Microsecond), time.Duration(int64(w.redisCPU)/completed).Round(time.Microsecond)) + note
+		cpu, rcpu := w.perOp()
+		note = fmt.Sprintf("CPU per flow: %s in this process + %s redis-server; ", cpu, rcpu) + note
 	}
 	return Row{Scenario: fmt.Sprintf("floor: the flow's %s, %d in flight", what, sessions), Value: ptr(rate), Unit: "flows/s", Note: note}.withLatency(w.latencies()), nil
 }

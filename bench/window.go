@@ -113,6 +113,16 @@ func (m *meter) measure(ctx context.Context, redisURL string, d time.Duration) e
 	return nil
 }
 
+// perOp is the window's CPU per completed operation: this process's and
+// redis-server's (zero when none completed).
+func (m *meter) perOp() (process, redis time.Duration) {
+	n := m.completed.Load()
+	if n == 0 {
+		return 0, 0
+	}
+	return (m.cpu / time.Duration(n)).Round(time.Microsecond), (m.redisCPU / time.Duration(n)).Round(time.Microsecond)
+}
+
 // latencies returns what done recorded; call it once the window is closed.
 func (m *meter) latencies() latencies {
 	m.mu.Lock()
