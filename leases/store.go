@@ -261,13 +261,14 @@ func (s *Store) markPublished(ctx context.Context, tag, attemptID, by string) (M
 	// A lost index removal is harmless: the reaper finds the outcome
 	// published and drops the entry itself.
 	switch n {
+	case 0:
+		return MarkedGone, nil
 	case 1:
 		return MarkedNow, nil
 	case 2:
 		return MarkedBefore, nil
-	default:
-		return MarkedGone, nil
 	}
+	return 0, fmt.Errorf("mark published: unexpected reply %d", n)
 }
 
 // AttemptRecord is an attempt's record as stored.
