@@ -472,7 +472,7 @@ func (tr *throughputRun) row() Row {
 		note = fmt.Sprintf("CPU per attempt: %s in this process (router, workers, client, NATS server) + %s redis-server; this process used %.0f%% of %d CPUs, the whole machine (every process) %.0f%%; %.1f Redis round trips per attempt (%.1f commands each); ",
 			cpu, rcpu, 100*float64(w.cpu)/float64(w.elapsed)/float64(runtime.NumCPU()), runtime.NumCPU(), w.machineBusy,
 			float64(tr.trips)/float64(completed), float64(tr.cmds)/float64(max(tr.trips, 1))) + fmt.Sprintf("callers spent %s per attempt in Redis round trips (pool waits included); ",
-			(tr.redisWait/time.Duration(completed)).Round(time.Microsecond)) + note + "; Redis commands per result by kind: " + tr.kinds
+			(tr.redisWait/time.Duration(completed)).Round(time.Microsecond)) + w.heapPerOp() + "; " + note + "; Redis commands per result by kind: " + tr.kinds
 	}
 	if tr.firstErr != "" {
 		note += "; first error: " + tr.firstErr

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"sync"
@@ -75,6 +77,41 @@ type meter struct {
 
 	elapsed, cpu, redisCPU time.Duration
 	machineBusy            float64 // percent of all CPUs
+	// heap is what this process allocated in the window and the CPU its
+	// garbage collector spent; steadier between runs than CPU time, which
+	// moves with the VM.
+	heap heapUse
+}
+
+// heapUse is the process's heap allocation and GC CPU so far.
+type heapUse struct {
+	bytes, objects uint64
+	gcCPU          time.Duration
+}
+
+var heapMetrics = []string{"/gc/heap/allocs:bytes", "/gc/heap/allocs:objects", "/cpu/classes/gc/total:cpu-seconds"}
+
+func readHeap() heapUse {
+	s := make([]metrics.Sample, len(heapMetrics))
+	for i, name := range heapMetrics {
+		s[i].Name = name
+	}
+	metrics.Read(s)
+	var h heapUse
+	if s[0].Value.Kind() == metrics.KindUint64 {
+		h.bytes = s[0].Value.Uint64()
+	}
+	if s[1].Value.Kind() == metrics.KindUint64 {
+		h.objects = s[1].Value.Uint64()
+	}
+	if s[2].Value.Kind() == metrics.KindFloat64 {
+		h.gcCPU = time.Duration(s[2].Value.Float64() * float64(time.Second))
+	}
+	return h
+}
+
+func (h heapUse) minus(o heapUse) heapUse {
+	return heapUse{bytes: h.bytes - o.bytes, objects: h.objects - o.objects, gcCPU: h.gcCPU - o.gcCPU}
 }
 
 // done records an operation that took d, when the window is open.
@@ -97,6 +134,7 @@ func (m *meter) measure(ctx context.Context, redisURL string, d time.Duration) e
 	defer rdb.Close()
 	redis0, _ := redisCPU(ctx, rdb)
 	cpu0 := processCPU()
+	heap0 := readHeap()
 	busy0, total0 := machineCPU()
 	m.counting.Store(true)
 	t0 := time.Now()
@@ -104,6 +142,7 @@ func (m *meter) measure(ctx context.Context, redisURL string, d time.Duration) e
 	m.counting.Store(false)
 	m.elapsed = time.Since(t0)
 	m.cpu = processCPU() - cpu0
+	m.heap = readHeap().minus(heap0)
 	busy1, total1 := machineCPU()
 	if total1 > total0 {
 		m.machineBusy = 100 * float64(busy1-busy0) / float64(total1-total0)
@@ -121,6 +160,17 @@ func (m *meter) perOp() (process, redis time.Duration) {
 		return 0, 0
 	}
 	return (m.cpu / time.Duration(n)).Round(time.Microsecond), (m.redisCPU / time.Duration(n)).Round(time.Microsecond)
+}
+
+// heapPerOp describes the window's allocation per completed operation and
+// the share of the process's CPU its garbage collector took.
+func (m *meter) heapPerOp() string {
+	n := m.completed.Load()
+	if n == 0 || m.cpu == 0 {
+		return ""
+	}
+	return fmt.Sprintf("allocated per attempt in this process: %.1f KiB in %d objects; garbage collection %.0f%% of its CPU",
+		float64(m.heap.bytes)/float64(n)/1024, m.heap.objects/uint64(n), 100*m.heap.gcCPU.Seconds()/m.cpu.Seconds())
 }
 
 // latencies returns what done recorded; call it once the window is closed.
