@@ -68,9 +68,9 @@ func BindingUpdate(binding string) SessionUpdate {
 // args flattens the update into script arguments, in a stable order.
 func (u SessionUpdate) args() []any {
 	out := make([]any, 0, 2*len(u))
-	for _, f := range sessionFields {
+	for i, f := range sessionFields {
 		if v, ok := u[f]; ok {
-			out = append(out, f, v)
+			out = append(out, sessionFieldArgs[i], v)
 		}
 	}
 	return out
@@ -80,6 +80,16 @@ var sessionFields = []string{
 	FieldSessionKey, FieldSessionID, FieldStorePath, FieldAgentID, FieldModelSelectionLocked,
 	FieldAgentHarnessID, FieldOwnerPluginID, FieldNativeBinding,
 }
+
+// sessionFieldArgs holds sessionFields as script arguments, boxed once
+// rather than on every finish.
+var sessionFieldArgs = func() []any {
+	out := make([]any, len(sessionFields))
+	for i, f := range sessionFields {
+		out[i] = f
+	}
+	return out
+}()
 
 // Session reads sessionKey's record; ErrNotFound when there is none.
 func (s *Store) Session(ctx context.Context, sessionKey string) (*SessionRecord, error) {

@@ -319,10 +319,35 @@ func (r *run) errorResult(e *teamster.Error) *bus.Result {
 
 // retryFor retries op with exponential backoff until it succeeds, fails
 // permanently, or maxElapsed passes.
+//
+// The first try runs before any schedule is built: nearly every call on an
+// attempt's path succeeds at once, and a schedule costs allocations on
+// every call. Only a failure goes on to retryAfter.
 func retryFor(ctx context.Context, maxElapsed time.Duration, op func() error) error {
+	if err := op(); err != nil {
+		return retryAfter(ctx, maxElapsed, op, err)
+	}
+	return nil
+}
+
+// retryAfter goes on from a first try of op that failed with err. It hands
+// err to backoff.Retry as the result of Retry's own first try, so the waits
+// and the elapsed budget are the library's, as if Retry had made that try.
+func retryAfter(ctx context.Context, maxElapsed time.Duration, op func() error, err error) error {
+	var permanent *backoff.PermanentError
+	if errors.As(err, &permanent) {
+		return permanent.Err
+	}
+	first := true
 	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond),
 		backoff.WithMaxInterval(2*time.Second), backoff.WithMaxElapsedTime(maxElapsed))
-	return backoff.Retry(op, backoff.WithContext(bo, ctx))
+	return backoff.Retry(func() error {
+		if first {
+			first = false
+			return err
+		}
+		return op()
+	}, backoff.WithContext(bo, ctx))
 }
 
 // finish records the result under the lease and publishes it: the fenced
