@@ -17,6 +17,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/teamster-fleet/teamster/bus"
+	"github.com/teamster-fleet/teamster/internal/gopool"
 	"github.com/teamster-fleet/teamster/internal/logging"
 	"github.com/teamster-fleet/teamster/internal/metrics"
 	"github.com/teamster-fleet/teamster/leases"
@@ -48,15 +49,17 @@ type Params struct {
 
 // Router serves submits and reaps.
 type Router struct {
-	nc      *nats.Conn
-	js      jetstream.JetStream
-	store   *leases.Store
-	policy  *selection.Policy
-	log     logrus.FieldLogger
-	sem     chan struct{}
-	m       *metrics.Router
-	rdb     redis.UniversalClient
-	streams bus.StreamOptions
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	store  *leases.Store
+	policy *selection.Policy
+	log    logrus.FieldLogger
+	sem    chan struct{}
+	// handlers runs the requests, on goroutines kept for reuse.
+	handlers *gopool.Pool
+	m        *metrics.Router
+	rdb      redis.UniversalClient
+	streams  bus.StreamOptions
 	// debug says the logger logs at debug level: the selection record is
 	// only assembled into log fields then.
 	debug bool
@@ -94,11 +97,16 @@ func New(p Params) (*Router, error) {
 		return nil, fmt.Errorf("router: jetstream: %w", err)
 	}
 	r := &Router{nc: p.NATS, js: js, store: leases.NewStore(p.Redis, leases.WithRetention(p.AttemptRetention)), policy: p.Policy, m: p.Metrics, rdb: p.Redis, streams: p.Streams,
-		log: p.Logger.WithField("component", "router"), sem: make(chan struct{}, p.Concurrency)}
+		log: p.Logger.WithField("component", "router"), sem: make(chan struct{}, p.Concurrency),
+		handlers: gopool.New(handlerIdle)}
 	r.debug = logging.DebugEnabled(p.Logger)
 	r.reaper = newReaper(reaperParams{store: r.store, js: js, nc: p.NATS, interval: p.ReaperInterval, log: r.log, m: p.Metrics})
 	return r, nil
 }
+
+// handlerIdle is how long a request's goroutine waits for the next request
+// before it ends.
+const handlerIdle = 5 * time.Second
 
 // Start sets up the streams, loads the scripts, starts watching the registry,
 // subscribes the router's subjects and starts the reaper.
@@ -137,10 +145,10 @@ func (r *Router) serve(subject string, h func(*nats.Msg)) error {
 	sub, err := r.nc.QueueSubscribe(subject, bus.QueueRouters, func(m *nats.Msg) {
 		r.sem <- struct{}{}
 		r.inflight.Add(1)
-		go func() {
+		r.handlers.Go(func() {
 			defer func() { <-r.sem; r.inflight.Done() }()
 			h(m)
-		}()
+		})
 	})
 	if err != nil {
 		return fmt.Errorf("router: subscribe %s: %w", subject, err)
@@ -164,6 +172,7 @@ func (r *Router) Stop() {
 		_ = s.Drain()
 	}
 	r.inflight.Wait()
+	r.handlers.Close()
 	r.reaper.stop()
 	if r.registry != nil {
 		r.registry.stop()

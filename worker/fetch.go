@@ -32,6 +32,9 @@ const (
 	// claims share pipelines (leases' batcher), so a few hundred at once
 	// keep Redis as busy as thousands would.
 	maxClaiming = 256
+	// claimerIdle is how long a claim's goroutine waits for the next claim
+	// before it ends.
+	claimerIdle = 5 * time.Second
 )
 
 // pollersPerHarness is how many pollers each hosted harness runs.
@@ -116,11 +119,11 @@ func (w *Worker) take(ctx context.Context, harnessID string, h *hosted, n int, f
 			continue
 		}
 		w.fetchers.Add(1)
-		go func() {
+		w.claimers.Go(func() {
 			defer w.fetchers.Done()
 			defer func() { <-w.claiming }()
 			w.handle(msg, harnessID, h)
-		}()
+		})
 	}
 	err = batch.Error()
 	if errors.Is(err, jetstream.ErrNoMessages) {

@@ -32,6 +32,7 @@ import (
 	"github.com/teamster-fleet/teamster"
 	"github.com/teamster-fleet/teamster/bus"
 	"github.com/teamster-fleet/teamster/harness"
+	"github.com/teamster-fleet/teamster/internal/gopool"
 	"github.com/teamster-fleet/teamster/internal/logging"
 	"github.com/teamster-fleet/teamster/internal/metrics"
 	"github.com/teamster-fleet/teamster/leases"
@@ -97,6 +98,8 @@ type Worker struct {
 	// claiming bounds the claims in progress (fetched, not yet running or
 	// given back), whatever the number of free slots.
 	claiming chan struct{}
+	// claimers runs the claims, on goroutines kept for reuse.
+	claimers *gopool.Pool
 	idlers   []chan struct{}
 	started  time.Time
 
@@ -136,7 +139,7 @@ func New(p Params) (*Worker, error) {
 		cfg: p.Config, id: p.Config.WorkerID, nc: p.NATS, js: js, rdb: p.Redis,
 		store: leases.NewStore(p.Redis, leases.WithRetention(p.AttemptRetention)), log: log, debug: logging.DebugEnabled(log), ver: p.Version,
 		harnesses: map[string]*hosted{}, slots: make(chan struct{}, p.Config.Slots),
-		claiming: make(chan struct{}, maxClaiming), runMsgs: make(chan *nats.Msg, 4096),
+		claiming: make(chan struct{}, maxClaiming), claimers: gopool.New(claimerIdle), runMsgs: make(chan *nats.Msg, 4096),
 		state: bus.WorkerStarting, runs: map[string]*run{},
 		done: make(chan struct{}),
 	}
@@ -413,6 +416,7 @@ func (w *Worker) stop() {
 	w.registry.remove(context.Background())
 	w.unsubscribeControl()
 	w.doneOnce.Do(func() { close(w.done) })
+	w.claimers.Close()
 }
 
 // closeHarnesses releases what harness implementations hold (a native
@@ -456,6 +460,7 @@ func (w *Worker) Kill() {
 	w.closeHarnesses()
 	w.stopFetching()
 	w.doneOnce.Do(func() { close(w.done) })
+	w.claimers.Close()
 }
 
 func (w *Worker) isKilled() bool {
