@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/sirupsen/logrus"
@@ -25,6 +26,8 @@ const (
 	// publishGrace is how long a worker's recorded outcome may stay
 	// unmarked before the reaper publishes it again.
 	publishGrace = 5 * time.Second
+	// markRetry is how long the reaper retries marking an outcome published.
+	markRetry = 5 * time.Second
 )
 
 type reaperParams struct {
@@ -137,7 +140,17 @@ func (rp *reaper) publish(ctx context.Context, log logrus.FieldLogger, e leases.
 	// Published, marked, and only then sent (DESIGN.md), by the first to
 	// mark it: the worker, or another reaper, may have published the same
 	// outcome meanwhile and sent its result event.
-	marked, err := rp.store.MarkPublishedTag(ctx, e.Tag, e.AttemptID, leases.MarkerToken())
+	// A mark whose reply was lost may have been made: it is tried again
+	// with the same token, which Redis answers as this reaper's mark, so
+	// the event is still sent (by this reaper, once).
+	by := leases.MarkerToken()
+	var marked leases.Marked
+	err = backoff.Retry(func() error {
+		var err error
+		marked, err = rp.store.MarkPublishedTag(ctx, e.Tag, e.AttemptID, by)
+		return err
+	}, backoff.WithContext(backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond),
+		backoff.WithMaxElapsedTime(markRetry)), ctx))
 	switch {
 	case err != nil:
 		log.Warn("reaper: mark published failed; the reaper that marks it sends the result event: " + err.Error())

@@ -1,8 +1,14 @@
 package router
 
 import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/teamster-fleet/teamster"
 	"github.com/teamster-fleet/teamster/bus"
@@ -17,39 +23,16 @@ import (
 // result event; a reaper that finds the outcome marked by its worker sends
 // none.
 func TestReapersSendTheResultEventOnce(t *testing.T) {
-	b := backendtest.Start(t)
+	b, rp, events := startReaper(t)
 	ctx := t.Context()
-	rp := newReaper(reaperParams{store: b.Store, js: b.JS, nc: b.NC, interval: time.Hour, log: b.Log, m: metrics.NewRouter(nil)})
-	events := b.ResultEvents(t, "_INBOX.reapertest")
 
-	// expired accepts an attempt with a 1 ms queue timeout, waits past it,
-	// and has two reapers decide its queue_timeout before either publishes.
-	expired := func(id string) (leases.DueEntry, [2]leases.Reaped) {
-		t.Helper()
-		if _, err := b.Store.Accept(ctx, leases.AcceptArgs{SessionKey: "s-" + id, AttemptID: id, HarnessID: "codex",
-			ReplyTo: "_INBOX.reapertest." + id, QueueTimeout: time.Millisecond, RunBudget: time.Minute, Reply: []byte(`{"v":1}`)}); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(20 * time.Millisecond)
-		e := leases.DueEntry{Tag: leases.Tag("s-" + id), AttemptID: id}
-		var got [2]leases.Reaped
-		for i := range got {
-			r, err := b.Store.Reap(ctx, e, publishGrace)
-			if err != nil || r.Action != leases.ReapPublish || r.Outcome != string(teamster.CodeQueueTimeout) {
-				t.Fatalf("reap %d of %s: %+v %v, want publish queue_timeout", i, id, r, err)
-			}
-			got[i] = r
-		}
-		return e, got
-	}
-
-	e, both := expired("a1")
+	e, both := expired(t, b, "a1")
 	for _, r := range both {
 		rp.publish(ctx, b.Log, e, r)
 	}
 	// A worker's outcome marked by the worker (which sent its event) before
 	// the reaper's publish got to its mark.
-	e2, both2 := expired("a2")
+	e2, both2 := expired(t, b, "a2")
 	if m, err := b.Store.MarkPublished(ctx, "s-a2", "a2", "worker-fence"); err != nil || m != leases.MarkedNow {
 		t.Fatalf("worker mark: %v %v", m, err)
 	}
@@ -66,5 +49,94 @@ func TestReapersSendTheResultEventOnce(t *testing.T) {
 		if rec, err := b.Store.Attempt(ctx, "s-"+id, id); err != nil || !rec.Published {
 			t.Fatalf("record of %s: %+v %v, want published", id, rec, err)
 		}
+	}
+}
+
+// startReaper starts the backends and a reaper on them (which does not sweep
+// by itself), and counts the result events sent under _INBOX.reapertest.
+func startReaper(t *testing.T) (*backendtest.Backends, *reaper, func() map[string]int) {
+	t.Helper()
+	b := backendtest.Start(t)
+	rp := newReaper(reaperParams{store: b.Store, js: b.JS, nc: b.NC, interval: time.Hour, log: b.Log, m: metrics.NewRouter(nil)})
+	return b, rp, b.ResultEvents(t, "_INBOX.reapertest")
+}
+
+// expired accepts an attempt with a 1 ms queue timeout, waits past it, and
+// has two reapers decide its queue_timeout before either publishes.
+func expired(t *testing.T, b *backendtest.Backends, id string) (leases.DueEntry, [2]leases.Reaped) {
+	t.Helper()
+	ctx := t.Context()
+	if _, err := b.Store.Accept(ctx, leases.AcceptArgs{SessionKey: "s-" + id, AttemptID: id, HarnessID: "codex",
+		ReplyTo: "_INBOX.reapertest." + id, QueueTimeout: time.Millisecond, RunBudget: time.Minute, Reply: []byte(`{"v":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	e := leases.DueEntry{Tag: leases.Tag("s-" + id), AttemptID: id}
+	var got [2]leases.Reaped
+	for i := range got {
+		r, err := b.Store.Reap(ctx, e, publishGrace)
+		if err != nil || r.Action != leases.ReapPublish || r.Outcome != string(teamster.CodeQueueTimeout) {
+			t.Fatalf("reap %d of %s: %+v %v, want publish queue_timeout", i, id, r, err)
+		}
+		got[i] = r
+	}
+	return e, got
+}
+
+// A reaper whose mark was made in Redis but whose reply was lost (a
+// connection cut after the command ran) tries the mark again with the same
+// token, which Redis answers as this reaper's: it sends the result event,
+// once. Before, the lost reply left the attempt without a result event.
+func TestReaperMarkWithALostReplyStillSends(t *testing.T) {
+	b, rp, events := startReaper(t)
+	ctx := t.Context()
+
+	e, both := expired(t, b, "a3")
+	lost := &loseMarkReply{}
+	b.Redis.AddHook(lost)
+	lost.armed.Store(true)
+	rp.publish(ctx, b.Log, e, both[0])
+
+	if !lost.fired.Load() {
+		t.Fatal("no mark published reply was lost; the test did not test anything")
+	}
+	if got := events(); got["a3"] != 1 {
+		t.Fatalf("result events %v, want a3 once", got)
+	}
+	if rec, err := b.Store.Attempt(ctx, "s-a3", "a3"); err != nil || !rec.Published {
+		t.Fatalf("record of a3: %+v %v, want published", rec, err)
+	}
+	// A second reaper that publishes the same outcome finds it marked by
+	// the first and sends nothing.
+	rp.publish(ctx, b.Log, e, both[1])
+	if got := events(); got["a3"] != 0 {
+		t.Fatalf("result events after a second reaper %v, want none", got)
+	}
+}
+
+// loseMarkReply lets the first mark published it sees run in Redis, then
+// replaces its reply with an error, as a connection cut after the command
+// ran would. A mark is the pipeline that removes the reaper index entry
+// (ZREM) together with the script.
+type loseMarkReply struct {
+	armed, fired atomic.Bool
+}
+
+func (h *loseMarkReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *loseMarkReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h *loseMarkReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if err != nil || !slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Name() == "zrem" }) || !h.armed.CompareAndSwap(true, false) {
+			return err
+		}
+		h.fired.Store(true)
+		lost := errors.New("connection reset after the command ran (injected)")
+		for _, c := range cmds {
+			c.SetErr(lost)
+		}
+		return lost
 	}
 }

@@ -26,6 +26,8 @@ type Backends struct {
 	NC    *nats.Conn
 	JS    jetstream.JetStream
 	Store *leases.Store
+	// Redis is the client Store uses (for hooks that inject faults).
+	Redis *redis.Client
 	// Log discards what it is given.
 	Log *logrus.Logger
 }
@@ -47,7 +49,7 @@ func Start(t testing.TB) *Backends {
 	}
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	return &Backends{NC: nc, JS: js, Store: store, Log: log}
+	return &Backends{NC: nc, JS: js, Store: store, Redis: rdb, Log: log}
 }
 
 // ResultEvents counts the result events sent under prefix (subjects
