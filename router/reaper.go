@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/sirupsen/logrus"
@@ -14,6 +13,7 @@ import (
 	"github.com/teamster-fleet/teamster"
 	"github.com/teamster-fleet/teamster/bus"
 	"github.com/teamster-fleet/teamster/internal/metrics"
+	"github.com/teamster-fleet/teamster/internal/retry"
 	"github.com/teamster-fleet/teamster/leases"
 )
 
@@ -145,12 +145,11 @@ func (rp *reaper) publish(ctx context.Context, log logrus.FieldLogger, e leases.
 	// the event is still sent (by this reaper, once).
 	by := leases.MarkerToken()
 	var marked leases.Marked
-	err = backoff.Retry(func() error {
+	err = retry.For(ctx, markRetry, func() error {
 		var err error
 		marked, err = rp.store.MarkPublishedTag(ctx, e.Tag, e.AttemptID, by)
 		return err
-	}, backoff.WithContext(backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond),
-		backoff.WithMaxElapsedTime(markRetry)), ctx))
+	})
 	switch {
 	case err != nil:
 		log.Warn("reaper: mark published failed; the reaper that marks it sends the result event: " + err.Error())

@@ -16,6 +16,7 @@ import (
 	"github.com/teamster-fleet/teamster/bus"
 	"github.com/teamster-fleet/teamster/delegation"
 	"github.com/teamster-fleet/teamster/harness"
+	"github.com/teamster-fleet/teamster/internal/retry"
 	"github.com/teamster-fleet/teamster/leases"
 	"github.com/teamster-fleet/teamster/selection"
 )
@@ -317,39 +318,6 @@ func (r *run) errorResult(e *teamster.Error) *bus.Result {
 	return res
 }
 
-// retryFor retries op with exponential backoff until it succeeds, fails
-// permanently, or maxElapsed passes.
-//
-// The first try runs before any schedule is built: nearly every call on an
-// attempt's path succeeds at once, and a schedule costs allocations on
-// every call. Only a failure goes on to retryAfter.
-func retryFor(ctx context.Context, maxElapsed time.Duration, op func() error) error {
-	if err := op(); err != nil {
-		return retryAfter(ctx, maxElapsed, op, err)
-	}
-	return nil
-}
-
-// retryAfter goes on from a first try of op that failed with err. It hands
-// err to backoff.Retry as the result of Retry's own first try, so the waits
-// and the elapsed budget are the library's, as if Retry had made that try.
-func retryAfter(ctx context.Context, maxElapsed time.Duration, op func() error, err error) error {
-	var permanent *backoff.PermanentError
-	if errors.As(err, &permanent) {
-		return permanent.Err
-	}
-	first := true
-	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond),
-		backoff.WithMaxInterval(2*time.Second), backoff.WithMaxElapsedTime(maxElapsed))
-	return backoff.Retry(func() error {
-		if first {
-			first = false
-			return err
-		}
-		return op()
-	}, backoff.WithContext(bo, ctx))
-}
-
 // finish records the result under the lease and publishes it: the fenced
 // finish (outcome, session record, order, lease in one script), then the
 // durable result, then the mark, then (for the first marker) the result
@@ -382,7 +350,7 @@ func (r *run) finish(res *bus.Result) {
 		outcome.Session = r.sessionUpdate(res)
 	}
 	var st leases.FinishStatus
-	err = retryFor(ctx, r.w.cfg.LeaseTTL(), func() error {
+	err = retry.For(ctx, r.w.cfg.LeaseTTL(), func() error {
 		var ferr error
 		st, ferr = r.lease.Finish(ctx, outcome)
 		if ferr != nil && !r.lease.Current() {
@@ -439,7 +407,7 @@ func (r *run) abandon(ctx context.Context, res *bus.Result) {
 		return
 	}
 	var st leases.FinishStatus
-	err = retryFor(ctx, 2*time.Minute, func() error {
+	err = retry.For(ctx, 2*time.Minute, func() error {
 		var aerr error
 		st, aerr = r.lease.Abandon(ctx, string(res.Error.Code), body)
 		return aerr
@@ -470,7 +438,7 @@ func (r *run) deliver(ctx context.Context, body []byte, status teamster.Status) 
 		return
 	}
 	var marked leases.Marked
-	err := retryFor(ctx, markBudget, func() error {
+	err := retry.For(ctx, markBudget, func() error {
 		var merr error
 		// The claim's fence is this run's marker token: no other run has it.
 		marked, merr = r.w.store.MarkPublished(ctx, r.attempt.SessionKey, r.attempt.AttemptID, r.lease.Fence())
@@ -504,7 +472,7 @@ func (r *run) deliverUnrecorded(ctx context.Context, body []byte, status teamste
 // publishDurable stores the result on teamster.result.<attemptId>, retrying
 // for a while; it reports whether body is the attempt's durable result.
 func (r *run) publishDurable(ctx context.Context, body []byte) bool {
-	err := retryFor(ctx, time.Minute, func() error {
+	err := retry.For(ctx, time.Minute, func() error {
 		err := bus.PublishResultBody(ctx, r.w.js, r.attempt.AttemptID, body)
 		if errors.Is(err, bus.ErrResultExists) {
 			return backoff.Permanent(err)

@@ -1,4 +1,4 @@
-package worker
+package retry
 
 import (
 	"context"
@@ -9,15 +9,15 @@ import (
 	"github.com/cenkalti/backoff/v4"
 )
 
-// retryFor runs its first try before it builds a schedule; these pin that
+// For runs its first try before it builds a schedule; these pin that
 // the retries around it are still the library's: permanent errors end at
 // once, failures are retried after a wait, and the budget and the context
 // end the retries.
-func TestRetryFor(t *testing.T) {
+func TestFor(t *testing.T) {
 	errBusy := errors.New("busy")
 	t.Run("a first success is one try", func(t *testing.T) {
 		tries := 0
-		if err := retryFor(context.Background(), time.Second, func() error { tries++; return nil }); err != nil {
+		if err := For(context.Background(), time.Second, func() error { tries++; return nil }); err != nil {
 			t.Fatal(err)
 		}
 		if tries != 1 {
@@ -26,14 +26,14 @@ func TestRetryFor(t *testing.T) {
 	})
 	t.Run("a permanent first failure is not retried and comes back unwrapped", func(t *testing.T) {
 		tries := 0
-		err := retryFor(context.Background(), time.Second, func() error { tries++; return backoff.Permanent(errBusy) })
+		err := For(context.Background(), time.Second, func() error { tries++; return backoff.Permanent(errBusy) })
 		if err != errBusy || tries != 1 {
 			t.Fatalf("err = %v, tries = %d; want %v after 1 try", err, tries, errBusy)
 		}
 	})
 	t.Run("failures are retried after a wait until a success", func(t *testing.T) {
 		var at []time.Time
-		err := retryFor(context.Background(), 10*time.Second, func() error {
+		err := For(context.Background(), 10*time.Second, func() error {
 			at = append(at, time.Now())
 			if len(at) < 3 {
 				return errBusy
@@ -52,7 +52,7 @@ func TestRetryFor(t *testing.T) {
 	})
 	t.Run("a permanent failure on a retry ends the retries", func(t *testing.T) {
 		tries := 0
-		err := retryFor(context.Background(), 10*time.Second, func() error {
+		err := For(context.Background(), 10*time.Second, func() error {
 			tries++
 			if tries == 1 {
 				return errBusy
@@ -66,7 +66,7 @@ func TestRetryFor(t *testing.T) {
 	t.Run("the budget ends the retries with the last error", func(t *testing.T) {
 		tries := 0
 		start := time.Now()
-		err := retryFor(context.Background(), 300*time.Millisecond, func() error { tries++; return errBusy })
+		err := For(context.Background(), 300*time.Millisecond, func() error { tries++; return errBusy })
 		if err != errBusy || tries < 2 {
 			t.Fatalf("err = %v after %d tries; want %v after more than one", err, tries, errBusy)
 		}
@@ -77,7 +77,7 @@ func TestRetryFor(t *testing.T) {
 	t.Run("a cancelled context ends the retries with its error", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		tries := 0
-		err := retryFor(ctx, time.Minute, func() error {
+		err := For(ctx, time.Minute, func() error {
 			tries++
 			cancel()
 			return errBusy
