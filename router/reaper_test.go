@@ -1,14 +1,8 @@
 package router
 
 import (
-	"context"
-	"errors"
-	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/teamster-fleet/teamster"
 	"github.com/teamster-fleet/teamster/bus"
@@ -92,12 +86,10 @@ func TestReaperMarkWithALostReplyStillSends(t *testing.T) {
 	ctx := t.Context()
 
 	e, both := expired(t, b, "a3")
-	lost := &loseMarkReply{}
-	b.Redis.AddHook(lost)
-	lost.armed.Store(true)
+	lost := b.LoseNextMarkReply()
 	rp.publish(ctx, b.Log, e, both[0])
 
-	if !lost.fired.Load() {
+	if !lost() {
 		t.Fatal("no mark published reply was lost; the test did not test anything")
 	}
 	if got := events(); got["a3"] != 1 {
@@ -111,32 +103,5 @@ func TestReaperMarkWithALostReplyStillSends(t *testing.T) {
 	rp.publish(ctx, b.Log, e, both[1])
 	if got := events(); got["a3"] != 0 {
 		t.Fatalf("result events after a second reaper %v, want none", got)
-	}
-}
-
-// loseMarkReply lets the first mark published it sees run in Redis, then
-// replaces its reply with an error, as a connection cut after the command
-// ran would. A mark is the pipeline that removes the reaper index entry
-// (ZREM) together with the script.
-type loseMarkReply struct {
-	armed, fired atomic.Bool
-}
-
-func (h *loseMarkReply) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *loseMarkReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-
-func (h *loseMarkReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := next(ctx, cmds)
-		if err != nil || !slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Name() == "zrem" }) || !h.armed.CompareAndSwap(true, false) {
-			return err
-		}
-		h.fired.Store(true)
-		lost := errors.New("connection reset after the command ran (injected)")
-		for _, c := range cmds {
-			c.SetErr(lost)
-		}
-		return lost
 	}
 }

@@ -6,8 +6,11 @@ package backendtest
 
 import (
 	"context"
+	"errors"
 	"io"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,10 +29,10 @@ type Backends struct {
 	NC    *nats.Conn
 	JS    jetstream.JetStream
 	Store *leases.Store
-	// Redis is the client Store uses (for hooks that inject faults).
-	Redis *redis.Client
 	// Log discards what it is given.
 	Log *logrus.Logger
+
+	lost *loseMarkReply
 }
 
 // Start starts both for t; they stop when t ends.
@@ -43,13 +46,49 @@ func Start(t testing.TB) *Backends {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.NewRedis(t).Addr()})
 	t.Cleanup(func() { rdb.Close() })
+	lost := &loseMarkReply{}
+	rdb.AddHook(lost)
 	store := leases.NewStore(rdb)
 	if err := store.Load(ctx); err != nil {
 		t.Fatal(err)
 	}
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	return &Backends{NC: nc, JS: js, Store: store, Redis: rdb, Log: log}
+	return &Backends{NC: nc, JS: js, Store: store, Log: log, lost: lost}
+}
+
+// LoseNextMarkReply makes the next mark published (the pipeline that holds
+// the reaper index's ZREM with the script) run in Redis and then fail with an
+// error, as a connection cut after the command ran would. The function it
+// returns reports whether a reply was lost since.
+func (b *Backends) LoseNextMarkReply() (lost func() bool) {
+	b.lost.fired.Store(false)
+	b.lost.armed.Store(true)
+	return b.lost.fired.Load
+}
+
+// loseMarkReply is LoseNextMarkReply's go-redis hook.
+type loseMarkReply struct {
+	armed, fired atomic.Bool
+}
+
+func (h *loseMarkReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *loseMarkReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h *loseMarkReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if err != nil || !slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Name() == "zrem" }) || !h.armed.CompareAndSwap(true, false) {
+			return err
+		}
+		h.fired.Store(true)
+		lost := errors.New("connection reset after the command ran (injected)")
+		for _, c := range cmds {
+			c.SetErr(lost)
+		}
+		return lost
+	}
 }
 
 // ResultEvents counts the result events sent under prefix (subjects
