@@ -39,11 +39,9 @@ func measureMemory(ctx context.Context, f *fleet, turns int, workerBin string) (
 	}
 	defer os.RemoveAll(dir)
 	if workerBin == "" {
-		progress("memory: go build ./cmd/worker")
 		workerBin = filepath.Join(dir, "worker")
-		out, err := exec.Command("go", "build", "-o", workerBin, "github.com/teamster-fleet/teamster/cmd/worker").CombinedOutput()
-		if err != nil {
-			return nil, fmt.Errorf("memory: go build ./cmd/worker (run the bench from the module, or pass -worker-bin): %v\n%s", err, out)
+		if err := goBuild("memory", "github.com/teamster-fleet/teamster/cmd/worker", workerBin); err != nil {
+			return nil, fmt.Errorf("%w (or pass -worker-bin)", err)
 		}
 	}
 	cfgPath := filepath.Join(dir, "worker.json")
@@ -275,4 +273,14 @@ func tailString(s string, n int) string {
 		return s[len(s)-n:]
 	}
 	return s
+}
+
+// goBuild builds the package pkg of the module's build list into the binary
+// out, for the scenario what.
+func goBuild(what, pkg, out string) error {
+	progress("%s: go build %s", what, pkg)
+	if b, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
+		return fmt.Errorf("%s: go build %s (run the bench from the module): %v\n%s", what, pkg, err, b)
+	}
+	return nil
 }

@@ -37,10 +37,9 @@ func measureResultsMemory(ctx context.Context, n int) ([]Row, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	progress("results memory: go build nats-server")
 	bin := filepath.Join(dir, "nats-server")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/nats-io/nats-server/v2").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("results memory: go build nats-server (run the bench from the module): %v\n%s", err, out)
+	if err := goBuild("results memory", "github.com/nats-io/nats-server/v2", bin); err != nil {
+		return nil, err
 	}
 	port, err := redisproc.FreePort()
 	if err != nil {
