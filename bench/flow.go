@@ -101,8 +101,8 @@ func measureLatency(ctx context.Context, f *fleet, fl *floor, n, warm int, profi
 	}
 
 	redisHops := math.Round(pathTrips)
-	floorP50 := fl.request.pct(50) + 2*fl.jsPublish.pct(50) + fl.pullAck.pct(50) + time.Duration(redisHops)*fl.redis.pct(50)
-	floorP99 := fl.request.pct(99) + 2*fl.jsPublish.pct(99) + fl.pullAck.pct(99) + time.Duration(redisHops)*fl.redis.pct(99)
+	floorP50, floorP99 := fl.sum(50, int(redisHops)), fl.sum(99, int(redisHops))
+	idleP50, idleP99 := fl.idle.sum(50, int(redisHops)), fl.idle.sum(99, int(redisHops))
 	ratio := float64(total.pct(50)) / float64(floorP50)
 	hops := fmt.Sprintf("p50: sum of the hops' p50s, p99: sum of their p99s; 1 core request-reply (submit one way + result event one way) + 2 JetStream publish-with-ack (attempt, result) + 1 pull-and-ack + %.0f Redis round trips", redisHops)
 	rows := []Row{
@@ -115,6 +115,10 @@ func measureLatency(ctx context.Context, f *fleet, fl *floor, n, warm int, profi
 		Row{Scenario: "teamster p50 / floor p50", Value: ptr(ratio), Unit: "x",
 			Note: fmt.Sprintf("%s / %s", total.pct(50).Round(time.Microsecond), floorP50.Round(time.Microsecond))}.
 			withGoal(fmt.Sprintf("<= %.0fx", goalRatio), ratio <= goalRatio),
+		Row{Scenario: "floor: sum of the flow's hops, idle servers", P50Us: ptr(us(idleP50)), P99Us: ptr(us(idleP99)),
+			Note: fmt.Sprintf("the same hops, each timed after %s of sleep, so the servers and threads it wakes have gone idle, as between the hops of one attempt in flight; for reading the goal row on this machine, not the goal's floor", floorIdle)},
+		Row{Scenario: "teamster p50 / idle-server floor p50", Value: ptr(float64(total.pct(50)) / float64(idleP50)), Unit: "x",
+			Note: fmt.Sprintf("%s / %s", total.pct(50).Round(time.Microsecond), idleP50.Round(time.Microsecond))},
 	}
 	return rows, nil
 }
