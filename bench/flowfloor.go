@@ -365,13 +365,26 @@ func measureFlowFloor(ctx context.Context, f *fleet, p *flowPayloads, sessions i
 	return Row{Scenario: fmt.Sprintf("floor: the flow's %s, %d in flight", what, sessions), Value: ptr(rate), Unit: "flows/s", Note: note}.withLatency(w.latencies()), nil
 }
 
+// flowFloorRedisTrips is how many Redis round trips the flow floor makes
+// per flow: accept, claim, finish, mark published.
+const flowFloorRedisTrips = 4
+
 // flowFloorRatios compares teamster with the flow floor with Redis: its
 // one-in-flight p50 with the floor's (round trips sent alone, as one flow
 // at a time sends them), and its throughput at n in flight with the
-// batched floor's. A row that was not measured in this run (-only) leaves
-// its ratio out.
-func flowFloorRatios(latency, floorOne, throughput, floorMany *Row, n int) []Row {
+// batched floor's. It also compares the flow floor itself with goal 1's
+// floor (fl, the hops' tight-loop sum): what the contract's flow with no
+// work at all would score on goal 1 on this machine. A row that was not
+// measured in this run (-only) leaves its ratio out.
+func flowFloorRatios(fl *floor, latency, floorOne, throughput, floorMany *Row, n int) []Row {
 	var out []Row
+	if fl != nil && floorOne != nil && floorOne.P50Us != nil {
+		if sum := us(fl.sum(50, flowFloorRedisTrips)); sum > 0 {
+			out = append(out, Row{Scenario: "flow floor p50 / floor p50, 1 in flight", Value: ptr(*floorOne.P50Us / sum), Unit: "x",
+				Note: fmt.Sprintf("%.0fµs / %.0fµs: the contract's flow with none of teamster's work, against goal 1's floor (the same %d hops' tight-loop sum); above 2 no implementation of the flow meets goal 1 on this machine; against the idle-server sum (%.0fµs): %.2fx",
+					*floorOne.P50Us, sum, 1+2+1+flowFloorRedisTrips, us(fl.idle.sum(50, flowFloorRedisTrips)), *floorOne.P50Us/us(fl.idle.sum(50, flowFloorRedisTrips)))})
+		}
+	}
 	if latency != nil && floorOne != nil && latency.P50Us != nil && floorOne.P50Us != nil && *floorOne.P50Us > 0 {
 		out = append(out, Row{Scenario: "teamster p50 / flow floor p50, 1 in flight", Value: ptr(*latency.P50Us / *floorOne.P50Us), Unit: "x",
 			Note: fmt.Sprintf("%.0fµs / %.0fµs: what teamster's own work adds to the contract's chained hops", *latency.P50Us, *floorOne.P50Us)})

@@ -178,7 +178,7 @@ func main() {
 				manyBatched = &row
 			}
 		}
-		rows = append(rows, flowFloorRatios(latencyRow, oneAlone, throughputRow, manyBatched, n)...)
+		rows = append(rows, flowFloorRatios(fl, latencyRow, oneAlone, throughputRow, manyBatched, n)...)
 	}
 	if want("inject") {
 		r, err := measureInject(ctx, f, *injectN, 50)
