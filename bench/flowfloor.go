@@ -379,10 +379,11 @@ const flowFloorRedisTrips = 4
 func flowFloorRatios(fl *floor, latency, floorOne, throughput, floorMany *Row, n int) []Row {
 	var out []Row
 	if fl != nil && floorOne != nil && floorOne.P50Us != nil {
-		if sum := us(fl.sum(50, flowFloorRedisTrips)); sum > 0 {
+		sum, idle := us(fl.sum(50, flowFloorRedisTrips)), us(fl.idle.sum(50, flowFloorRedisTrips))
+		if sum > 0 && idle > 0 {
 			out = append(out, Row{Scenario: "flow floor p50 / floor p50, 1 in flight", Value: ptr(*floorOne.P50Us / sum), Unit: "x",
 				Note: fmt.Sprintf("%.0fµs / %.0fµs: the contract's flow with none of teamster's work, against goal 1's floor (the same %d hops' tight-loop sum); above 2 no implementation of the flow meets goal 1 on this machine; against the idle-server sum (%.0fµs): %.2fx",
-					*floorOne.P50Us, sum, 1+2+1+flowFloorRedisTrips, us(fl.idle.sum(50, flowFloorRedisTrips)), *floorOne.P50Us/us(fl.idle.sum(50, flowFloorRedisTrips)))})
+					*floorOne.P50Us, sum, 1+2+1+flowFloorRedisTrips, idle, *floorOne.P50Us/idle)})
 		}
 	}
 	if latency != nil && floorOne != nil && latency.P50Us != nil && floorOne.P50Us != nil && *floorOne.P50Us > 0 {
