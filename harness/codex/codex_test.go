@@ -152,12 +152,7 @@ func TestToolRoundTrip(t *testing.T) {
 	if !slices.Contains(reqs[0].Tools(), "lookup") {
 		t.Fatalf("the model was not offered the tool: %v", reqs[0].Tools())
 	}
-	var output string
-	for _, it := range reqs[1].Input() {
-		if it.Type == "function_call_output" {
-			output = strings.Join(it.Texts(), "")
-		}
-	}
+	output := reqs[1].CallOutput()
 	if !strings.Contains(output, `"answer":42`) {
 		t.Fatalf("the endpoint's next request carries tool output %q", output)
 	}
@@ -438,6 +433,44 @@ func TestApprovals(t *testing.T) {
 				t.Fatalf("the declined command's output: %q", reqs[1].Texts())
 			}
 		})
+	}
+}
+
+// The model's request_user_input never reaches the harness: the app-server
+// offers the tool, but outside Plan mode (the harness never starts one) it
+// answers the call itself and the turn goes on. The harness refuses
+// item/tool/requestUserInput; this test fails first if a codex version starts
+// sending it in the default mode, where the harness would then need to ask
+// the gateway (Host.UserInput).
+func TestRequestUserInputStaysInsideTheAppServer(t *testing.T) {
+	f := newFleet(t,
+		codextest.Reply{Call: &codextest.Call{Name: "request_user_input", Args: map[string]any{"questions": []any{
+			map[string]any{"id": "color", "header": "Color", "question": "Which color?", "options": []any{
+				map[string]any{"label": "Red", "description": "warm"}, map[string]any{"label": "Blue", "description": "cool"}}}}}}},
+		codextest.Reply{Text: "done"},
+	)
+	f.startWorker("w1", f.settings())
+	g := f.serveGateway("gw-1", nil)
+	a := attempt("agent:main:ask", "ask me something")
+	a.HostID = "gw-1"
+	_, r := f.run(a)
+	wantOK(t, r)
+
+	reqs := f.endpoint.WaitRequests(t, 2)
+	if !slices.Contains(reqs[0].Tools(), "request_user_input") {
+		t.Fatalf("the app-server no longer offers request_user_input: %v", reqs[0].Tools())
+	}
+	output := reqs[1].CallOutput()
+	if !strings.Contains(output, "unavailable") {
+		t.Fatalf("the model was told %q, want the app-server's own refusal", output)
+	}
+	if n := f.trace.count("w1", "recv", "item/tool/requestUserInput"); n != 0 {
+		t.Fatalf("%d item/tool/requestUserInput requests reached the harness", n)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.others) != 0 {
+		t.Fatalf("the gateway was asked %v", g.others)
 	}
 }
 

@@ -102,7 +102,11 @@
 // legacy execCommandApproval and applyPatchApproval) are declined unless the
 // settings allow approvals; each decision is an agent event {kind:
 // "approval", request, decision}. MCP elicitations are declined; other
-// requests (item/tool/requestUserInput among them) are refused with -32601.
+// requests are refused with -32601. item/tool/requestUserInput is among them
+// but never arrives: the app-server offers the model request_user_input,
+// and outside Plan mode (the harness never starts one) answers the call
+// itself ("unavailable in Default mode"), so the gateway's userInput
+// callback is not asked (TestRequestUserInputStaysInsideTheAppServer).
 //
 // # Injection
 //

@@ -388,6 +388,7 @@ type gateway struct {
 	calls     []bus.ToolCall
 	terminals []bus.ToolTerminal
 	usage     []bus.UsageReport
+	others    []string // calls this gateway does not answer (userInput)
 }
 
 func (f *fleet) serveGateway(hostID string, result any) *gateway {
@@ -445,6 +446,9 @@ func (g *gateway) serve(m *nats.Msg) {
 		g.mu.Unlock()
 		respond(bus.OK())
 	default:
+		g.mu.Lock()
+		g.others = append(g.others, call)
+		g.mu.Unlock()
 		respond(bus.Rejected(fmt.Errorf("this gateway does not answer %s", call)))
 	}
 }

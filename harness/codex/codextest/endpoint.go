@@ -87,6 +87,18 @@ func (r Request) Texts() []string {
 	return out
 }
 
+// CallOutput is the text of the request's last function call output: what
+// the model is told a tool call returned.
+func (r Request) CallOutput() string {
+	var out string
+	for _, it := range r.Input() {
+		if it.Type == "function_call_output" {
+			out = strings.Join(it.Texts(), "")
+		}
+	}
+	return out
+}
+
 // Has reports whether any input text of the request contains s.
 func (r Request) Has(s string) bool {
 	for _, t := range r.Texts() {
