@@ -93,6 +93,11 @@ func samplePayloads(ctx context.Context, f *fleet) (*flowPayloads, error) {
 	return p, nil
 }
 
+// flowFloorRedisTrips is how many Redis round trips the flow floor makes
+// per flow: accept (the router's), claim, finish and mark published (the
+// worker's).
+const flowFloorRedisTrips = 4
+
 // flowRedis is how the flow floor makes its Redis round trips.
 type flowRedis int
 
@@ -103,7 +108,13 @@ const (
 )
 
 func (r flowRedis) String() string {
-	return [...]string{"NATS messages only", "NATS messages + 4 Redis round trips", "NATS messages + 4 Redis round trips, batched"}[r]
+	switch r {
+	case flowRedisAlone:
+		return fmt.Sprintf("NATS messages + %d Redis round trips", flowFloorRedisTrips)
+	case flowRedisBatched:
+		return fmt.Sprintf("NATS messages + %d Redis round trips, batched", flowFloorRedisTrips)
+	}
+	return "NATS messages only"
 }
 
 // measureFlowFloor runs the flow floor with sessions flows in flight and
@@ -364,10 +375,6 @@ func measureFlowFloor(ctx context.Context, f *fleet, p *flowPayloads, sessions i
 	}
 	return Row{Scenario: fmt.Sprintf("floor: the flow's %s, %d in flight", what, sessions), Value: ptr(rate), Unit: "flows/s", Note: note}.withLatency(w.latencies()), nil
 }
-
-// flowFloorRedisTrips is how many Redis round trips the flow floor makes
-// per flow: accept, claim, finish, mark published.
-const flowFloorRedisTrips = 4
 
 // flowFloorRatios compares teamster with the flow floor with Redis: its
 // one-in-flight p50 with the floor's (round trips sent alone, as one flow
