@@ -65,17 +65,36 @@ func (e *Env) Close() {
 	_ = os.RemoveAll(e.dir)
 }
 
-// Main runs a test binary's tests with an Env in *env: the usual body of a
-// package's TestMain. It exits the process with the tests' code.
+// Main is the usual body of a package's TestMain: it runs the test binary's
+// tests and exits the process with their code. With env not nil, the tests
+// share an Env in *env, started before them and closed after them; pass nil
+// when the package's tests start their own servers (NewNATS, NewRedis,
+// internal/fleettest).
+//
+// When the tests passed, Main then fails the binary if they left a goroutine
+// running (CheckLeaks): a router, worker or client that does not end what it
+// started would otherwise go unnoticed until a long-lived process runs out
+// of something.
 func Main(m *testing.M, env **Env) {
-	e, err := Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "testenv:", err)
-		os.Exit(1)
+	var e *Env
+	if env != nil {
+		var err error
+		if e, err = Start(); err != nil {
+			fmt.Fprintln(os.Stderr, "testenv:", err)
+			os.Exit(1)
+		}
+		*env = e
 	}
-	*env = e
 	code := m.Run()
-	e.Close()
+	if e != nil {
+		e.Close()
+	}
+	if code == 0 {
+		if err := CheckLeaks(); err != nil {
+			fmt.Fprintln(os.Stderr, "testenv: the tests passed but left goroutines running:", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 

@@ -1,0 +1,11 @@
+package worker
+
+import (
+	"testing"
+
+	"github.com/teamster-fleet/teamster/internal/testenv"
+)
+
+// The tests start their own servers and fleets; testenv.Main fails the
+// binary when they leave a goroutine running.
+func TestMain(m *testing.M) { testenv.Main(m, nil) }
