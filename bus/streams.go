@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -258,17 +257,44 @@ func PublishResultBody(ctx context.Context, js jetstream.JetStream, attemptID st
 	return ErrResultExists
 }
 
+// jsErrCodeStreamStoreFailed is nats-server's JSStreamStoreFailedF (10077,
+// "{err}"): the stream's store refused the message. It is what a publish on
+// a results subject that holds its one message gets (MaxMsgsPerSubject 1,
+// DiscardNew, DiscardNewPerSubject: the store's ErrMaxMsgsPerSubject, with
+// its text as the description). nats.go names no constant for it.
+const jsErrCodeStreamStoreFailed jetstream.ErrorCode = 10077
+
+// isPerSubjectLimit reports whether a publish on TEAMSTER_RESULTS was refused
+// by the store, which is how the stream refuses a second result for an
+// attempt. It goes by the API error code, never by the text, which is the
+// server's wording and may change. The server has no code of its own for the
+// per-subject limit: 10077 is any refusal of the store, also for the
+// stream-wide limits (messages, bytes), which the results stream does not
+// set. Either way the caller reads the subject back, and a refusal that left
+// no result there is an error still (the read-back finds no message).
 func isPerSubjectLimit(err error) bool {
 	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) {
-		return strings.Contains(apiErr.Description, "per subject")
-	}
-	return strings.Contains(err.Error(), "maximum messages per subject exceeded")
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeStreamStoreFailed
 }
 
 // GetResult reads an attempt's durable result. It returns
 // jetstream.ErrMsgNotFound when there is none (yet, or any more).
 func GetResult(ctx context.Context, js jetstream.JetStream, attemptID string) (*Result, error) {
+	b, err := GetResultBody(ctx, js, attemptID)
+	if err != nil {
+		return nil, err
+	}
+	var r Result
+	if err := Decode(b, &r); err != nil {
+		return nil, fmt.Errorf("result of %s: %w", attemptID, err)
+	}
+	return &r, nil
+}
+
+// GetResultBody reads an attempt's durable result as stored (the bytes a
+// result event carries). It returns jetstream.ErrMsgNotFound when there is
+// none (yet, or any more).
+func GetResultBody(ctx context.Context, js jetstream.JetStream, attemptID string) ([]byte, error) {
 	subj, err := ResultSubject(attemptID)
 	if err != nil {
 		return nil, err
@@ -277,11 +303,7 @@ func GetResult(ctx context.Context, js jetstream.JetStream, attemptID string) (*
 	if err != nil {
 		return nil, err
 	}
-	var r Result
-	if err := Decode(m.Data, &r); err != nil {
-		return nil, fmt.Errorf("result of %s: %w", attemptID, err)
-	}
-	return &r, nil
+	return m.Data, nil
 }
 
 func getResultMsg(ctx context.Context, js jetstream.JetStream, subj string) (*jetstream.RawStreamMsg, error) {

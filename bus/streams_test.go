@@ -220,6 +220,59 @@ func TestFirstResultStays(t *testing.T) {
 	_ = nc
 }
 
+// The results stream's refusal of a second message on an attempt's subject
+// is recognised by its API error code (nats-server's JSStreamStoreFailedF),
+// whatever its text; other errors, of the API or not, are not.
+func TestPerSubjectLimitIsRecognisedByItsCode(t *testing.T) {
+	_, _, js := connect(t)
+	ctx := context.Background()
+	if _, err := bus.Setup(ctx, js, bus.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	subj, err := bus.ResultSubject("a1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish := func(id string) error {
+		m := &nats.Msg{Subject: subj, Data: []byte(`{}`), Header: nats.Header{}}
+		m.Header.Set(bus.HeaderMsgID, id) // another id each time: no de-duplication
+		_, err := js.PublishMsg(ctx, m, jetstream.WithExpectStream(bus.StreamResults))
+		return err
+	}
+	if err := publish("first"); err != nil {
+		t.Fatal(err)
+	}
+	refused := publish("second")
+	var apiErr *jetstream.APIError
+	if !errors.As(refused, &apiErr) {
+		t.Fatalf("a second message on %s: %v, want the server's refusal", subj, refused)
+	}
+	if !bus.IsPerSubjectLimit(refused) {
+		t.Fatalf("the server's refusal %v (code %d) is not recognised", refused, apiErr.ErrorCode)
+	}
+	// The code decides, not the text.
+	reworded := *apiErr
+	reworded.Description = "the subject is full"
+	if !bus.IsPerSubjectLimit(&reworded) {
+		t.Fatalf("the refusal reworded (%v) is not recognised", &reworded)
+	}
+
+	// A real API error of another kind: the stream is not the one expected.
+	m := &nats.Msg{Subject: subj, Data: []byte(`{}`), Header: nats.Header{}}
+	m.Header.Set(bus.HeaderMsgID, "third")
+	_, wrongStream := js.PublishMsg(ctx, m, jetstream.WithExpectStream(bus.StreamAttempts))
+	if !errors.As(wrongStream, &apiErr) {
+		t.Fatalf("publish expecting another stream: %v, want an API error", wrongStream)
+	}
+	sameText := *apiErr
+	sameText.Description = refused.Error() // the per-subject text, another code
+	for _, err := range []error{wrongStream, &sameText, context.DeadlineExceeded, errors.New("maximum messages per subject exceeded")} {
+		if bus.IsPerSubjectLimit(err) {
+			t.Errorf("%v (%T) taken for the per-subject limit", err, err)
+		}
+	}
+}
+
 // The embedded server keeps its streams across a restart on the same store.
 func TestEmbeddedServerKeepsStreamsAcrossRestart(t *testing.T) {
 	srv, nc, js := connect(t)

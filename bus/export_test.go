@@ -1,0 +1,4 @@
+package bus
+
+// IsPerSubjectLimit is isPerSubjectLimit, for the tests of bus_test.
+var IsPerSubjectLimit = isPerSubjectLimit
