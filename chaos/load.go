@@ -272,6 +272,7 @@ func (d *driver) submitWith(ctx context.Context, a *attempt, try time.Duration) 
 		h, err := d.f.client.Submit(sctx, a.a)
 		cancel()
 		var te *teamster.Error
+		var rejected *client.RejectedError
 		var why string
 		switch {
 		case err == nil && h != nil && h.Reply.Status == bus.StatusAccepted:
@@ -282,10 +283,10 @@ func (d *driver) submitWith(ctx context.Context, a *attempt, try time.Duration) 
 			return
 		case err == nil && h != nil && h.Reply.Status == bus.StatusFallback:
 			why = retryFallback
-		case errors.As(err, &te) && h != nil:
+		case errors.As(err, &rejected):
 			// The router's refusal: final.
 			d.t.mu.Lock()
-			a.state, a.code = stateRejected, string(te.Code)
+			a.state, a.code = stateRejected, string(teamster.CodeOf(err))
 			d.t.mu.Unlock()
 			return
 		case errors.As(err, &te):

@@ -20,7 +20,7 @@ import (
 )
 
 // Client talks to a teamster fleet over one NATS connection, which the caller
-// owns.
+// owns: Close stops the client, never the connection.
 type Client struct {
 	nc *nats.Conn
 	js jetstream.JetStream
@@ -29,12 +29,24 @@ type Client struct {
 	// wildcard subscription, <inbox>.*, and are routed to their handle by
 	// the last token: no subscription per attempt.
 	inbox   string
-	muxOnce sync.Once
-	muxErr  error
-	muxMu   sync.Mutex
-	handles map[string]*Handle
 	nextTok atomic.Uint64
+
+	mu sync.Mutex
+	// sub is the events subscription, made by the first submit that needs
+	// it. A subscribe that failed leaves it nil, so the next submit tries
+	// again instead of failing for the client's life.
+	sub *nats.Subscription
+	// handles holds every handle the client follows, by token, until its
+	// attempt can send nothing more (see follow).
+	handles map[string]*Handle
+	closed  bool
+	// done is closed by Close; it wakes every Handle.Result waiting.
+	done chan struct{}
 }
+
+// ErrClientClosed says the client was closed (Client.Close): it submits
+// nothing more, and its handles get no result from it.
+var ErrClientClosed = errors.New("the teamster client is closed")
 
 // New returns a client on nc.
 func New(nc *nats.Conn) (*Client, error) {
@@ -42,40 +54,128 @@ func New(nc *nats.Conn) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{nc: nc, js: js, inbox: nc.NewInbox(), handles: map[string]*Handle{}}, nil
+	return &Client{nc: nc, js: js, inbox: nc.NewInbox(), handles: map[string]*Handle{}, done: make(chan struct{})}, nil
 }
 
-// follow registers h under a fresh reply subject of the client's events
-// subscription, which it starts on first use.
-func (c *Client) follow(h *Handle) (string, error) {
-	c.muxOnce.Do(func() {
-		sub, err := c.nc.Subscribe(c.inbox+".*", c.route)
-		if err == nil {
-			_ = sub.SetPendingLimits(-1, -1)
-		}
-		c.muxErr = err
-	})
-	if c.muxErr != nil {
-		return "", fmt.Errorf("subscribe %s.*: %w", c.inbox, c.muxErr)
+// Close stops the client: it unsubscribes the events subscription and stops
+// following every handle (their Events channels close, a Result waiting
+// returns ErrClientClosed), and later submits fail with ErrClientClosed. The
+// attempts themselves go on; their durable results stay readable (Result,
+// WaitResult, which still work, as do Cancel and the other requests). Close
+// leaves the NATS connection open: the caller owns it. Host servers
+// (ServeHost) have their own Stop.
+func (c *Client) Close() {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	close(c.done)
+	sub := c.sub
+	c.sub = nil
+	hs := make([]*Handle, 0, len(c.handles))
+	for _, h := range c.handles {
+		hs = append(hs, h)
+	}
+	clear(c.handles)
+	c.mu.Unlock()
+	if sub != nil {
+		_ = sub.Unsubscribe()
+	}
+	for _, h := range hs {
+		h.abandon()
+	}
+}
+
+// follow registers h with the client and gives it its reply subject: a
+// fresh subject under the client's events subscription (made here on first
+// use) when the attempt names none, else a subscription of its own to the
+// subject it names. It fails once the client is closed.
+//
+// A handle stops being followed when its result arrives, when Result finds
+// the result in the durable stream, on Close and on the client's Close. So
+// that a handle is never kept for the client's life (an attempt whose result
+// event was lost, submitted by a caller that never calls Result or Close),
+// an accepted attempt is also followed only for as long as its events can
+// come: its queue timeout, run timeout and settlement budget, plus
+// followSlack for the fleet to settle and send a result (lease expiry,
+// reaper grace and send window). After that its Events channel closes; its
+// Result still finds the durable result.
+func (c *Client) follow(h *Handle, at *bus.Attempt) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClientClosed
 	}
 	tok := strconv.FormatUint(c.nextTok.Add(1), 36)
-	c.muxMu.Lock()
-	c.handles[tok] = h
-	c.muxMu.Unlock()
-	h.unfollow = func() {
-		c.muxMu.Lock()
-		delete(c.handles, tok)
-		c.muxMu.Unlock()
+	r := route{c: c, tok: tok}
+	if at.ReplyTo == "" {
+		if c.sub == nil {
+			sub, err := c.nc.Subscribe(c.inbox+".*", c.route)
+			if err != nil {
+				return fmt.Errorf("subscribe %s.*: %w", c.inbox, err)
+			}
+			_ = sub.SetPendingLimits(-1, -1)
+			c.sub = sub
+		}
+		at.ReplyTo = c.inbox + "." + tok
+	} else {
+		// The callback waits until h is set up: a stray message on a
+		// subject the caller chose may come at once.
+		ready := make(chan struct{})
+		defer close(ready)
+		sub, err := c.nc.Subscribe(at.ReplyTo, func(m *nats.Msg) {
+			<-ready
+			h.onEvent(m)
+		})
+		if err != nil {
+			return fmt.Errorf("subscribe %s: %w", at.ReplyTo, err)
+		}
+		_ = sub.SetPendingLimits(-1, -1)
+		r.sub = sub
 	}
-	return c.inbox + "." + tok, nil
+	c.handles[tok] = h
+	h.route = r
+	return nil
+}
+
+// followSlack is how long after an attempt's own deadlines (queue, run,
+// settlement) its handle still follows it: time for the fleet to find a
+// dead worker (its lease TTL), settle the attempt, and send its result
+// (reaper grace and send window), with room to spare.
+const followSlack = 2 * time.Minute
+
+// followFor is how long a handle follows an accepted attempt (a variable so
+// that a test can shorten it).
+var followFor = func(a *bus.Attempt) time.Duration {
+	return a.QueueTimeout() + a.Timeout() + a.SettlementTimeout() + followSlack
+}
+
+// route is a handle's place in the client: its token in the routing map
+// and, for an attempt that named its own reply subject, that subscription.
+type route struct {
+	c   *Client
+	tok string
+	sub *nats.Subscription
+}
+
+// end removes the route: no event reaches the handle any more.
+func (r route) end() {
+	r.c.mu.Lock()
+	delete(r.c.handles, r.tok)
+	r.c.mu.Unlock()
+	if r.sub != nil {
+		_ = r.sub.Unsubscribe()
+	}
 }
 
 // route hands an event on the events subscription to its handle.
 func (c *Client) route(m *nats.Msg) {
 	tok := m.Subject[len(c.inbox)+1:]
-	c.muxMu.Lock()
+	c.mu.Lock()
 	h := c.handles[tok]
-	c.muxMu.Unlock()
+	c.mu.Unlock()
 	if h != nil {
 		h.onEvent(m)
 	}
@@ -92,37 +192,76 @@ var ErrNoResult = errors.New("no result for this attempt")
 // beyond it are dropped (the result never is).
 const eventBuffer = 1024
 
-// Handle follows one submitted attempt.
+// resultPoll is how often Result also looks for the durable result, in case
+// the result event was lost.
+const resultPoll = 3 * time.Second
+
+// Handle follows one submitted attempt until its result arrives (by event,
+// or found in the durable stream by Result), Close, the client's Close, or
+// the end of the time the attempt's events can come in (its deadlines plus a
+// slack; see follow). A caller that forgets Close leaks nothing for longer.
 type Handle struct {
-	// Reply is the router's answer: accepted (with the selection record),
-	// fallback or rejected.
+	// Reply is the router's answer: accepted (with the selection record) or
+	// fallback.
 	Reply *bus.SubmitReply
 
-	c        *Client
-	sub      *nats.Subscription // when the attempt named its own reply subject
-	unfollow func()             // when the client chose it
-	result   chan *bus.Result
-	mu       sync.Mutex
+	c      *Client
+	route  route       // set by follow
+	expiry *time.Timer // ends the following when the attempt can send nothing more
+	stop   sync.Once
+
+	mu sync.Mutex
+	// finished says the handle follows no more: its result arrived, or it
+	// was abandoned by the client's Close. Events after it are ignored.
+	finished bool
+	// res is the result; arrived is closed once it is set.
+	res     *bus.Result
+	arrived chan struct{}
 	// events is made by the first call of Events; until then the events are
 	// kept in pending (a submitter that only waits for the result never
 	// pays for a 1,024-event channel: 72 KiB per attempt).
 	events  chan bus.Event
 	pending []bus.Event
-	done    bool
 	dropped int
-	closeMu sync.Once
 }
 
 // AttemptID is the attempt's id (assigned by the router when the submitter
 // gave none).
 func (h *Handle) AttemptID() string { return h.Reply.AttemptID }
 
+// RejectedError is the router's refusal of a submit. Reply is the router's
+// answer, with the selection record when selection ran (which harness was
+// asked for, the candidates and why none fit). It unwraps to the reply's
+// *teamster.Error, so errors.Is(err, teamster.ErrHarnessNotRegistered),
+// errors.As into a *teamster.Error and teamster.CodeOf see its code.
+type RejectedError struct {
+	Reply *bus.SubmitReply
+}
+
+func (e *RejectedError) Error() string {
+	if e.Reply == nil || e.Reply.Error == nil {
+		return "the router rejected the attempt"
+	}
+	return e.Reply.Error.Error()
+}
+
+// Unwrap returns the reply's *teamster.Error.
+func (e *RejectedError) Unwrap() error {
+	if e.Reply == nil || e.Reply.Error == nil {
+		return nil
+	}
+	return e.Reply.Error
+}
+
 // Submit submits a prepared attempt on teamster.submit and follows it. The
 // reply subject is a fresh one under the client's own inbox (served by the
-// client's one events subscription) unless the attempt names one. It returns the
-// handle and, when the router rejected the attempt, the rejection as a
-// *teamster.Error (the handle still carries the reply and its selection
-// record). A fallback reply is not an error: the gateway runs the turn itself.
+// client's one events subscription) unless the attempt names one. It
+// returns the handle of an accepted attempt. A rejection is a nil handle and
+// a *RejectedError, which carries the router's reply (and its selection
+// record) and unwraps to the *teamster.Error. A fallback reply is not an
+// error: the handle carries the reply, follows nothing (the gateway runs the
+// turn itself) and needs no Close. After Close, Submit fails with
+// ErrClientClosed.
 func (c *Client) Submit(ctx context.Context, a *bus.Attempt) (*Handle, error) {
 	return c.submit(ctx, bus.SubjectSubmit, a)
 }
@@ -132,22 +271,9 @@ func (c *Client) submit(ctx context.Context, subject string, a *bus.Attempt) (*H
 	if at.V == 0 {
 		at.V = bus.Version
 	}
-	h := &Handle{c: c, result: make(chan *bus.Result, 1)}
-	if at.ReplyTo == "" {
-		subj, err := c.follow(h)
-		if err != nil {
-			return nil, err
-		}
-		at.ReplyTo = subj
-	} else {
-		sub, err := c.nc.Subscribe(at.ReplyTo, h.onEvent)
-		if err != nil {
-			return nil, fmt.Errorf("subscribe %s: %w", at.ReplyTo, err)
-		}
-		_ = sub.SetPendingLimits(-1, -1)
-		h.mu.Lock()
-		h.sub = sub
-		h.mu.Unlock()
+	h := &Handle{c: c, arrived: make(chan struct{})}
+	if err := c.follow(h, &at); err != nil {
+		return nil, err
 	}
 	var rep bus.SubmitReply
 	if err := c.request(ctx, subject, nil, &at, &rep); err != nil {
@@ -157,11 +283,26 @@ func (c *Client) submit(ctx context.Context, subject string, a *bus.Attempt) (*H
 	h.mu.Lock()
 	h.Reply = &rep
 	h.mu.Unlock()
-	if rep.Status != bus.StatusAccepted {
+	switch rep.Status {
+	case bus.StatusAccepted:
+		h.mu.Lock()
+		if !h.finished {
+			h.expiry = time.AfterFunc(followFor(&at), h.abandon)
+		}
+		h.mu.Unlock()
+		return h, nil
+	case bus.StatusRejected:
 		h.Close()
-		return h, rep.Err()
+		return nil, &RejectedError{Reply: &rep}
+	default: // fallback
+		h.Close()
+		return h, nil
 	}
-	return h, nil
+}
+
+// unfollow ends h's route, once. h.mu may be held.
+func (h *Handle) unfollow() {
+	h.stop.Do(h.route.end)
 }
 
 func (h *Handle) onEvent(m *nats.Msg) {
@@ -169,19 +310,21 @@ func (h *Handle) onEvent(m *nats.Msg) {
 	if err := bus.Decode(m.Data, &e); err != nil {
 		return
 	}
+	var r *bus.Result
+	if e.Type == bus.EventResult {
+		r = new(bus.Result)
+		if err := bus.Decode(e.Data, r); err != nil {
+			return
+		}
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.done || (h.Reply != nil && e.AttemptID != h.Reply.AttemptID) {
+	if h.finished || (h.Reply != nil && e.AttemptID != h.Reply.AttemptID) {
 		// Events after the result are ignored (DESIGN.md).
 		return
 	}
-	if e.Type == bus.EventResult {
-		var r bus.Result
-		if err := bus.Decode(e.Data, &r); err != nil {
-			return
-		}
-		h.done = true
-		h.result <- &r
+	if r != nil {
+		h.finishLocked(r)
 	}
 	switch {
 	case h.events == nil && len(h.pending) < eventBuffer:
@@ -195,7 +338,57 @@ func (h *Handle) onEvent(m *nats.Msg) {
 			h.dropped++
 		}
 	}
-	if h.done && h.events != nil {
+	if h.finished && h.events != nil {
+		close(h.events)
+	}
+}
+
+// finishLocked records the result (r; nil when the client closed) and stops
+// following: the route ends before the result is handed over, so whoever
+// sees the result also sees that the client no longer routes the attempt.
+// The caller closes the events channel, after its last event.
+func (h *Handle) finishLocked(r *bus.Result) {
+	h.finished = true
+	if h.expiry != nil {
+		h.expiry.Stop()
+	}
+	h.unfollow()
+	if r != nil {
+		h.res = r
+		close(h.arrived)
+	}
+}
+
+// settle is the result found in the durable stream (its event was lost, or
+// is late): the handle stops following, and its Events channel closes
+// without a result event. It returns the handle's result: r, or the result
+// event's when that came first.
+func (h *Handle) settle(r *bus.Result) *bus.Result {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.res != nil {
+		return h.res
+	}
+	if !h.finished {
+		h.finishLocked(r)
+		if h.events != nil {
+			close(h.events)
+		}
+	}
+	return r
+}
+
+// abandon stops following because the client closed, or because the
+// attempt can send nothing more: the Events channel closes without a result
+// event (Result still finds the durable result, unless the client closed).
+func (h *Handle) abandon() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.finished {
+		return
+	}
+	h.finishLocked(nil)
+	if h.events != nil {
 		close(h.events)
 	}
 }
@@ -203,6 +396,9 @@ func (h *Handle) onEvent(m *nats.Msg) {
 // Events delivers the attempt's events in order, the result event last; the
 // channel is closed after the result event. A reader that falls more than
 // 1,024 events behind loses events (Dropped counts them), never the result.
+// It also closes, without a result event, when Result found the result in
+// the durable stream (the event was lost), when the client closed, and when
+// the attempt's events can no longer come (see Handle).
 func (h *Handle) Events() <-chan bus.Event {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -212,7 +408,7 @@ func (h *Handle) Events() <-chan bus.Event {
 			h.events <- e // at most eventBuffer: never blocks
 		}
 		h.pending = nil
-		if h.done {
+		if h.finished {
 			close(h.events)
 		}
 	}
@@ -228,21 +424,29 @@ func (h *Handle) Dropped() int {
 
 // Result waits for the attempt's terminal result: the result event, or, when
 // that event was lost (a disconnect, a dropped subscription), the durable
-// result, which it checks every few seconds.
+// result, which it checks every few seconds. It returns ErrClientClosed at
+// once when the client is closed meanwhile (Client.Result still reads the
+// durable result).
 func (h *Handle) Result(ctx context.Context) (*bus.Result, error) {
 	if h.Reply == nil || h.Reply.Status != bus.StatusAccepted {
 		return nil, errors.New("the attempt was not accepted")
 	}
-	t := time.NewTicker(3 * time.Second)
+	t := time.NewTicker(resultPoll)
 	defer t.Stop()
 	for {
 		select {
-		case r := <-h.result:
-			h.result <- r // keep it for later calls
-			return r, nil
+		case <-h.arrived:
+			return h.res, nil
 		case <-t.C:
 			if r, err := h.c.Result(ctx, h.AttemptID()); err == nil {
-				return r, nil
+				return h.settle(r), nil
+			}
+		case <-h.c.done:
+			select {
+			case <-h.arrived:
+				return h.res, nil
+			default:
+				return nil, ErrClientClosed
 			}
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -250,19 +454,17 @@ func (h *Handle) Result(ctx context.Context) (*bus.Result, error) {
 	}
 }
 
-// Close stops following the attempt. The attempt itself goes on.
+// Close stops following the attempt. The attempt itself goes on. A handle
+// stops being followed by itself when its result arrives, and at the latest
+// when the attempt can send nothing more, so Close is not needed to free
+// anything for long; it stops the following at once.
 func (h *Handle) Close() {
-	h.closeMu.Do(func() {
-		h.mu.Lock()
-		sub := h.sub
-		h.mu.Unlock()
-		if sub != nil {
-			_ = sub.Unsubscribe()
-		}
-		if h.unfollow != nil {
-			h.unfollow()
-		}
-	})
+	h.mu.Lock()
+	if h.expiry != nil {
+		h.expiry.Stop()
+	}
+	h.mu.Unlock()
+	h.unfollow()
 }
 
 // Result reads an attempt's durable result from TEAMSTER_RESULTS; ErrNoResult

@@ -112,10 +112,15 @@ func playDemo(ctx context.Context, out io.Writer, natsURL string) error {
 			r := &demoRun{turn: t, start: time.Now()}
 			runs[i][k] = r
 			h, err := c.Submit(ctx, a)
-			if h != nil {
+			var rejected *client.RejectedError
+			switch {
+			case h != nil:
 				r.reply = h.Reply
+			case errors.As(err, &rejected):
+				r.reply = rejected.Reply // a rejection has no handle
+				continue
 			}
-			if err != nil && (h == nil || h.Reply == nil) {
+			if err != nil {
 				r.err = err
 				continue
 			}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -60,11 +61,20 @@ cancelled).`,
 			defer cancel()
 			out := cmd.OutOrStdout()
 			h, err := c.Submit(ctx, a)
-			if h != nil && h.Reply != nil {
+			// A rejection has no handle; its error carries the reply.
+			var reply *bus.SubmitReply
+			var rejected *client.RejectedError
+			switch {
+			case h != nil:
+				reply = h.Reply
+			case errors.As(err, &rejected):
+				reply = rejected.Reply
+			}
+			if reply != nil {
 				if asJSON {
-					printJSON(out, h.Reply)
+					printJSON(out, reply)
 				} else {
-					printReply(out, h.Reply)
+					printReply(out, reply)
 				}
 			}
 			if err != nil {

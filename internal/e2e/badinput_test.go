@@ -92,11 +92,12 @@ func TestRejectedRuntimePublishesNothing(t *testing.T) {
 	a := fleettest.Attempt("sess-ghost", "hi")
 	a.AgentHarnessID = "ghost"
 	h, err := f.Client.Submit(t.Context(), a)
-	if !errors.Is(err, teamster.ErrHarnessNotRegistered) {
-		t.Fatalf("submit pinned to an unregistered harness: %v", err)
+	var rejected *client.RejectedError
+	if !errors.Is(err, teamster.ErrHarnessNotRegistered) || h != nil || !errors.As(err, &rejected) {
+		t.Fatalf("submit pinned to an unregistered harness: %v %v", h, err)
 	}
-	if h.Reply.Selection == nil || h.Reply.Selection.Runtime != "ghost" || h.Reply.Selection.RuntimeSource != "pin" || len(h.Reply.Selection.Candidates) == 0 {
-		t.Fatalf("selection record %+v", h.Reply.Selection)
+	if sel := rejected.Reply.Selection; sel == nil || sel.Runtime != "ghost" || sel.RuntimeSource != "pin" || len(sel.Candidates) == 0 {
+		t.Fatalf("selection record %+v", sel)
 	}
 	b := fleettest.Attempt("sess-ghost", "hi")
 	b.AgentHarnessID = "codex"
@@ -114,8 +115,11 @@ func TestRejectedRuntimePublishesNothing(t *testing.T) {
 	c := fleettest.Attempt("sess-fallback", "hi")
 	c.Provider = "mistral"
 	fb, err := f.Client.Submit(t.Context(), c)
-	if err != nil || fb.Reply.Status != bus.StatusFallback || fb.Reply.Selection.SelectedReason != "auto_openclaw" {
-		t.Fatalf("fallback: %+v %v", fb.Reply, err)
+	if err != nil {
+		t.Fatalf("fallback: %v", err) // a rejection's error carries the reply
+	}
+	if fb.Reply.Status != bus.StatusFallback || fb.Reply.Selection.SelectedReason != "auto_openclaw" {
+		t.Fatalf("fallback: %+v", fb.Reply)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/teamster-fleet/teamster"
 	"github.com/teamster-fleet/teamster/bus"
+	"github.com/teamster-fleet/teamster/client"
 	"github.com/teamster-fleet/teamster/delegation"
 	"github.com/teamster-fleet/teamster/harness/scripted"
 	"github.com/teamster-fleet/teamster/internal/fleettest"
@@ -121,7 +122,8 @@ func TestDelegateContinuesALockedSession(t *testing.T) {
 				c.mutate(a)
 			}
 			h, err := f.Client.SubmitAsDelegate(t.Context(), c.delegate, a)
-			if !errors.Is(err, teamster.ErrDelegationDenied) || h.Reply.Status != bus.StatusRejected {
+			var rejected *client.RejectedError
+			if !errors.Is(err, teamster.ErrDelegationDenied) || h != nil || !errors.As(err, &rejected) || rejected.Reply.Status != bus.StatusRejected {
 				t.Fatalf("%s: %v, want delegation_denied", c.name, err)
 			}
 			if got := delegation.DeniedField(err); got != c.field {
