@@ -50,8 +50,13 @@ func (r *Router) onInject(m *nats.Msg) {
 		r.replyInject(m, &bus.InjectReply{V: bus.Version, Status: bus.StatusRejected, Error: teamster.AsError(err)})
 		return
 	}
-	body, err := bus.Encode(&req)
+	body, err := encodeInject(&req)
 	if err != nil {
+		// Every request gets a typed reply: a submitter that got none would
+		// wait out its whole timeout for an answer that never comes.
+		r.log.Warn("inject: encode the forwarded request: " + err.Error())
+		r.replyInject(m, &bus.InjectReply{V: bus.Version, Status: bus.StatusRejected, AttemptID: req.AttemptID,
+			Error: teamster.Errorf(teamster.CodeInternal, "the fleet could not forward the inject")})
 		return
 	}
 	rep, err := r.nc.RequestWithContext(ctx, subj, body)
@@ -71,6 +76,13 @@ func (r *Router) onInject(m *nats.Msg) {
 	}
 	r.respond(m, rep.Data)
 }
+
+// encodeInject encodes the request the router forwards to the run. It is a
+// variable so that a test can make it fail: no request that decoding accepts
+// fails to encode again (its strings are strings, its images were validated
+// as JSON on the way in), so without it the reply to that failure could not
+// be tested. Nothing but that test sets it.
+var encodeInject = func(req *bus.InjectRequest) ([]byte, error) { return bus.Encode(req) }
 
 func (r *Router) replyInject(m *nats.Msg, rep *bus.InjectReply) {
 	r.countInject(rep)

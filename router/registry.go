@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sync"
 	"time"
 
@@ -27,15 +28,35 @@ const staleAfter = 2*bus.HeartbeatInterval + time.Second
 // it notices) is replaced by a new one whose initial values replace the
 // view, and the view expires nothing while the watch is suspect, so a NATS
 // restart never empties it.
+//
+// Every watch lives under a context of its own, derived from the view's, and
+// is ended by cancelling it: nats.go ties a watch's subscription to the
+// context it was made with, and when that context ends a goroutine of
+// nats.go unsubscribes it, then deletes its consumer. The view waits for the
+// first (its reader ends when the watch closes), never for the second,
+// which takes nats.go's whole request timeout (5 s) while the server is
+// unreachable. A watch's context ends when the watch is replaced or the
+// view stops; the view's ends at stop, which so also cancels a re-watch in
+// progress. Before, a re-watch ran under a context that stop did not end:
+// stop waited for it (a consumer request to a server that is down), and a
+// re-watch that got its initial values after stop had taken the current
+// watch installed one that nobody stopped, whose reader stop then waited for
+// forever.
 type registryView struct {
 	kv  jetstream.KeyValue
 	log logrus.FieldLogger
 
+	// ctx ends when the view stops (cancel): the watches' contexts, and
+	// the guard's re-watches, derive from it.
+	ctx    context.Context
+	cancel context.CancelFunc
+
 	mu      sync.Mutex
+	stopped bool
 	workers map[string]seenEntry
 	lastMsg time.Time
-	w       jetstream.KeyWatcher
-	gen     int // which watch is current
+	wcancel context.CancelFunc // ends the current watch
+	gen     int                // which watch is current
 	// set is the live harnesses prepared for selection, built on first use
 	// after the view changed and kept until an entry in it may expire
 	// (setUntil): submits read it, so they neither copy the entries nor
@@ -43,8 +64,8 @@ type registryView struct {
 	set      *selection.Harnesses
 	setUntil time.Time
 
-	stopCh chan struct{}
-	wg     sync.WaitGroup
+	// wg counts the guard and every goroutine reading a watch's updates.
+	wg sync.WaitGroup
 }
 
 type seenEntry struct {
@@ -52,9 +73,14 @@ type seenEntry struct {
 	seen  time.Time
 }
 
+// errStopped says the view stopped while it was watching anew.
+var errStopped = errors.New("registry view stopped")
+
 func watchRegistry(ctx context.Context, kv jetstream.KeyValue, log logrus.FieldLogger) (*registryView, error) {
-	v := &registryView{kv: kv, log: log, workers: map[string]seenEntry{}, stopCh: make(chan struct{})}
+	v := &registryView{kv: kv, log: log, workers: map[string]seenEntry{}}
+	v.ctx, v.cancel = context.WithCancel(context.Background())
 	if err := v.rewatch(ctx); err != nil {
+		v.stop()
 		return nil, err
 	}
 	v.wg.Add(1)
@@ -63,43 +89,84 @@ func watchRegistry(ctx context.Context, kv jetstream.KeyValue, log logrus.FieldL
 }
 
 // rewatch starts a new watch, waits for its initial values and makes them
-// the view.
+// the view. ctx bounds the wait (and the watch's creation); the watch itself
+// lives until it is replaced or the view stops.
 func (v *registryView) rewatch(ctx context.Context) error {
-	w, err := v.kv.WatchAll(context.Background())
+	wctx, wcancel := context.WithCancel(v.ctx)
+	// Until its initial values are in, the watch also ends with ctx.
+	unbind := context.AfterFunc(ctx, wcancel)
+	w, err := v.kv.WatchAll(wctx)
 	if err != nil {
+		unbind()
+		wcancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		return err
 	}
 	fresh := map[string]seenEntry{}
 	for {
 		select {
 		case u, ok := <-w.Updates():
-			if !ok {
+			if !ok { // the watch ended: nats.go closes it on its own
+				unbind()
+				wcancel()
 				return errWatchClosed
 			}
-			if u == nil { // initial values done
-				v.mu.Lock()
-				old := v.w
-				v.gen++
-				gen := v.gen
-				v.w, v.workers, v.lastMsg = w, fresh, time.Now()
-				v.set = nil
-				v.mu.Unlock()
-				if old != nil {
-					_ = old.Stop()
-				}
-				v.wg.Add(1)
-				go v.follow(w, gen)
-				return nil
+			if u != nil {
+				apply(fresh, u, v.log)
+				continue
 			}
-			apply(fresh, u, v.log)
+			// Initial values done.
+			if !unbind() {
+				// ctx ended just now, and wcancel with it.
+				v.discard(w, wcancel)
+				return ctx.Err()
+			}
+			v.mu.Lock()
+			if v.stopped {
+				v.mu.Unlock()
+				v.discard(w, wcancel)
+				return errStopped
+			}
+			endOld := v.wcancel
+			v.gen++
+			gen := v.gen
+			v.wcancel, v.workers, v.lastMsg = wcancel, fresh, time.Now()
+			v.set = nil
+			// Added under mu while not stopped: stop, which sets stopped
+			// under mu, waits for this goroutine too.
+			v.wg.Add(1)
+			v.mu.Unlock()
+			go v.follow(w, gen)
+			if endOld != nil {
+				endOld()
+			}
+			return nil
 		case <-ctx.Done():
-			_ = w.Stop()
+			unbind()
+			v.discard(w, wcancel)
 			return ctx.Err()
 		}
 	}
 }
 
-// follow applies a watch's updates while it is the current one.
+// discard ends a watch that no goroutine follows, and reads what it still
+// delivers until it closes: nats.go's callback blocks on a full updates
+// channel, and would keep the subscription's goroutine forever.
+func (v *registryView) discard(w jetstream.KeyWatcher, wcancel context.CancelFunc) {
+	wcancel()
+	v.wg.Add(1)
+	go func() {
+		defer v.wg.Done()
+		for range w.Updates() {
+		}
+	}()
+}
+
+// follow applies a watch's updates while it is the current one. It reads
+// until the watch closes (it ends when replaced, and at stop), so that
+// nats.go's delivery goroutine never blocks on a full channel.
 func (v *registryView) follow(w jetstream.KeyWatcher, gen int) {
 	defer v.wg.Done()
 	for u := range w.Updates() {
@@ -107,13 +174,11 @@ func (v *registryView) follow(w jetstream.KeyWatcher, gen int) {
 			continue
 		}
 		v.mu.Lock()
-		if v.gen != gen {
-			v.mu.Unlock()
-			return
+		if v.gen == gen {
+			apply(v.workers, u, v.log)
+			v.lastMsg = time.Now()
+			v.set = nil
 		}
-		apply(v.workers, u, v.log)
-		v.lastMsg = time.Now()
-		v.set = nil
 		v.mu.Unlock()
 	}
 }
@@ -133,6 +198,10 @@ func apply(m map[string]seenEntry, u jetstream.KeyValueEntry, log logrus.FieldLo
 	}
 }
 
+// rewatchTimeout bounds one attempt to watch anew; the guard tries again
+// on its next tick.
+const rewatchTimeout = 5 * time.Second
+
 // guard replaces a watch that has gone silent.
 func (v *registryView) guard() {
 	defer v.wg.Done()
@@ -140,33 +209,36 @@ func (v *registryView) guard() {
 	defer t.Stop()
 	for {
 		select {
-		case <-v.stopCh:
+		case <-v.ctx.Done():
 			return
 		case <-t.C:
 		}
 		v.mu.Lock()
-		silent := time.Since(v.lastMsg) > staleAfter
+		silent := time.Since(v.lastMsg)
 		v.mu.Unlock()
-		if !silent {
+		if silent <= staleAfter {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := v.rewatch(ctx); err != nil {
+		v.log.Debugf("registry: the watch has been silent for %s; watching anew", silent.Round(time.Second))
+		ctx, cancel := context.WithTimeout(v.ctx, rewatchTimeout)
+		if err := v.rewatch(ctx); err != nil && v.ctx.Err() == nil {
 			v.log.Debug("registry: watching anew failed (retrying): " + err.Error())
 		}
 		cancel()
 	}
 }
 
+// stop ends the view: the end of its context cancels a re-watch in progress
+// and ends every watch (each one's context derives from it). It returns once
+// every goroutine of the view has ended: the guard, and the readers of the
+// watches, which end as soon as nats.go has removed their subscriptions. It
+// may be called more than once.
 func (v *registryView) stop() {
-	close(v.stopCh)
 	v.mu.Lock()
-	w := v.w
+	v.stopped = true
 	v.gen++
 	v.mu.Unlock()
-	if w != nil {
-		_ = w.Stop()
-	}
+	v.cancel()
 	v.wg.Wait()
 }
 
