@@ -220,6 +220,60 @@ func (f *Fleet) WaitRegistered(n int) {
 	f.T.Fatalf("the router did not see %d workers in the registry", n)
 }
 
+// WaitTimeout bounds the waits of Submit, Result and WaitEvent: a liveness
+// bound (a test that hangs fails), not a timing assertion.
+const WaitTimeout = 60 * time.Second
+
+// Submit submits a through c and fails t unless it is accepted. The handle
+// is closed when t ends.
+func Submit(t testing.TB, c *client.Client, a *bus.Attempt) *client.Handle {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h, err := c.Submit(ctx, a)
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	if h.Reply.Status != bus.StatusAccepted {
+		t.Fatalf("submit: %+v, want accepted", h.Reply)
+	}
+	t.Cleanup(h.Close)
+	return h
+}
+
+// Result waits for h's result, failing t when none comes within
+// WaitTimeout.
+func Result(t testing.TB, h *client.Handle) *bus.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), WaitTimeout)
+	defer cancel()
+	r, err := h.Result(ctx)
+	if err != nil {
+		t.Fatalf("result of %s: %v", h.AttemptID(), err)
+	}
+	return r
+}
+
+// WaitEvent reads h's events until the first of type typ and returns it,
+// failing t when the events end first or none comes within WaitTimeout.
+func WaitEvent(t testing.TB, h *client.Handle, typ string) bus.Event {
+	t.Helper()
+	timeout := time.After(WaitTimeout)
+	for {
+		select {
+		case e, ok := <-h.Events():
+			if !ok {
+				t.Fatalf("events ended before a %s event", typ)
+			}
+			if e.Type == typ {
+				return e
+			}
+		case <-timeout:
+			t.Fatalf("no %s event", typ)
+		}
+	}
+}
+
 // Attempt is a prepared attempt for session that auto selection sends to the
 // scripted "codex" harness.
 func Attempt(session, prompt string) *bus.Attempt {
