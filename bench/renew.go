@@ -131,7 +131,7 @@ func acceptAndClaim(ctx context.Context, store *leases.Store, k *leases.Keeper, 
 		QueueTimeout: 10 * time.Minute, RunBudget: 10 * time.Minute, Reply: []byte(`{"v":1}`)}); err != nil {
 		return err
 	}
-	_, res, err := k.Claim(ctx, session, id)
+	_, res, err := k.Claim(ctx, session, id, "codex")
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,8 @@
 package bus
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"time"
 
@@ -100,6 +102,28 @@ func DecodeAttempt(b []byte) (*Attempt, error) {
 	}
 	a.ApplyDefaults()
 	return &a, nil
+}
+
+// AttemptDigest identifies the attempt a submit describes: SHA-256 (hex) of
+// the normalised attempt as encoded (id assigned, defaults applied), without
+// replyTo, and of the delegate it came from ("" for the owner). An attempt id
+// is bound to the digest of the attempt first accepted under it, so a
+// resubmit carrying anything else under that id is refused. replyTo is left
+// out because where events go is the submitter's, not the attempt's: a
+// gateway that resubmits from a new connection names a new inbox, and the
+// events keep going where the attempt was accepted to send them.
+func AttemptDigest(a *Attempt, delegate string) (string, error) {
+	c := *a
+	c.ReplyTo = ""
+	b, err := Encode(&c)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	h.Write(b)
+	h.Write([]byte{0})
+	h.Write([]byte(delegate))
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // Validate checks every field of an attempt against the contract.

@@ -346,3 +346,75 @@ func TestDecodeSubmitReply(t *testing.T) {
 		invalidReq("selection candidates as an object", r.with("selection", obj{"candidates": obj{}})),
 	})
 }
+
+// The digest an attempt id is bound to covers the normalised attempt and the
+// delegate, not replyTo: a resubmit from a new inbox is the same attempt, a
+// different prompt, pin or delegate is not, and defaults spelled out are the
+// defaults.
+func TestAttemptDigest(t *testing.T) {
+	decode := func(body obj) *bus.Attempt {
+		t.Helper()
+		b, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := bus.DecodeSubmit(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	with := func(k string, v any) obj {
+		o := obj{}
+		for kk, vv := range fullAttempt {
+			o[kk] = vv
+		}
+		if v == nil {
+			delete(o, k)
+		} else {
+			o[k] = v
+		}
+		return o
+	}
+	digest := func(a *bus.Attempt, delegate string) string {
+		t.Helper()
+		d, err := bus.AttemptDigest(a, delegate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	base := digest(decode(fullAttempt), "")
+	if len(base) != 64 {
+		t.Fatalf("digest %q, want 64 hex characters", base)
+	}
+	same := map[string]*bus.Attempt{
+		"another replyTo": decode(with("replyTo", "_INBOX.gw2.z9")),
+		"no replyTo":      decode(with("replyTo", nil)),
+	}
+	for name, a := range same {
+		if got := digest(a, ""); got != base {
+			t.Errorf("%s: digest changed", name)
+		}
+	}
+	minimal := obj{"v": 1, "sessionKey": "s", "sessionId": "i", "agentId": "main", "provider": "openai", "modelId": "m", "prompt": "p"}
+	spelled := obj{}
+	for k, v := range minimal {
+		spelled[k] = v
+	}
+	spelled["timeoutMs"], spelled["queueTimeoutMs"], spelled["settlementTimeoutMs"] = 600000, 600000, 30000
+	if digest(decode(minimal), "") != digest(decode(spelled), "") {
+		t.Error("defaults spelled out changed the digest")
+	}
+	different := map[string]string{
+		"prompt":   digest(decode(with("prompt", "changed")), ""),
+		"pin":      digest(decode(with("agentHarnessId", "claude-cli")), ""),
+		"attempt":  digest(decode(with("attemptId", "other-id")), ""),
+		"delegate": digest(decode(fullAttempt), "voice-call"),
+	}
+	for name, d := range different {
+		if d == base {
+			t.Errorf("another %s: same digest", name)
+		}
+	}
+}

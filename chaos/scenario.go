@@ -65,9 +65,15 @@ type scenario struct {
 	// ledgerCheck is checkStepsAndLedger or checkStepsOnly.
 	ledgerCheck string
 	// oneEvent: NATS stays up, so every accepted attempt must have a result
-	// event on its replyTo. In every scenario none may have two: the first
-	// to mark an outcome published sends it (ARCHITECTURE.md).
+	// event on its replyTo. In every scenario a second one may arrive only
+	// as a reaper's resend (the same result, a later seq): the first to mark
+	// an outcome published sends it, and a reaper sends it again only when
+	// its sender did not confirm sending it within the send window
+	// (ARCHITECTURE.md).
 	oneEvent bool
+	// steadySenders: no process that sends result events dies or stalls
+	// (a drain), so no resend can happen and a second result event fails.
+	steadySenders bool
 	// longTurns: the load's turns run about twice as long, so that more of
 	// them are mid-run when the fault strikes.
 	longTurns bool
@@ -311,7 +317,8 @@ func runScenario(ctx context.Context, cfg config, bins binaries, sc *scenario, b
 		return r
 	}
 	check(r, checkInput{t: d.t, entries: entries, extraEnds: sr.extraEnds(entries), sessionFences: fences,
-		lostRecordEpochs: sr.lostEpoch, allowed: allowedSet(sc.allowed), ledgerCheck: sc.ledgerCheck, oneEvent: sc.oneEvent})
+		lostRecordEpochs: sr.lostEpoch, allowed: allowedSet(sc.allowed), ledgerCheck: sc.ledgerCheck, oneEvent: sc.oneEvent,
+		steadySenders: sc.steadySenders})
 	for _, fn := range sr.post {
 		fn(entries)
 	}

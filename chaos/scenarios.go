@@ -78,11 +78,12 @@ func scenarios() []*scenario {
 			inject:      injectNATSPartition,
 		},
 		{
-			name:        "rolling-drain",
-			what:        "SIGTERM each worker in turn (drain, exit 0) and start it again, under load",
-			oneEvent:    true,
-			ledgerCheck: checkStepsAndLedger,
-			inject:      injectRollingDrain,
+			name:          "rolling-drain",
+			what:          "SIGTERM each worker in turn (drain, exit 0) and start it again, under load",
+			oneEvent:      true,
+			steadySenders: true,
+			ledgerCheck:   checkStepsAndLedger,
+			inject:        injectRollingDrain,
 		},
 	}
 }

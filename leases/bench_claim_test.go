@@ -53,7 +53,7 @@ func benchAccept(b *testing.B, s *Store, session, attempt string) {
 
 func benchClaim(b *testing.B, k *Keeper, session, attempt string) *Lease {
 	b.Helper()
-	l, res, err := k.Claim(context.Background(), session, attempt)
+	l, res, err := k.Claim(context.Background(), session, attempt, "codex")
 	if err != nil || res.Status != Claimed {
 		b.Fatalf("claim %s: %v %s", attempt, err, res.Status)
 	}

@@ -43,7 +43,7 @@ func accept(t *testing.T, s *Store, session, attempt string, queueTimeout time.D
 
 func mustClaim(t *testing.T, k *Keeper, session, attempt string) *Lease {
 	t.Helper()
-	l, res, err := k.Claim(ctx, session, attempt)
+	l, res, err := k.Claim(ctx, session, attempt, "codex")
 	if err != nil {
 		t.Fatalf("claim %s: %v", attempt, err)
 	}

@@ -182,6 +182,10 @@ const (
 	// ClaimMissing: no record of the attempt (Redis lost its data, or the
 	// router withdrew it).
 	ClaimMissing ClaimStatus = "missing"
+	// ClaimForeign: the attempt was accepted for another harness (State
+	// names it); the message is not the accepted attempt: drop it. Nothing
+	// changed.
+	ClaimForeign ClaimStatus = "foreign"
 )
 
 // ClaimResult is the outcome of Claim.
@@ -192,7 +196,8 @@ type ClaimResult struct {
 	// Wait, when set with Busy, is how long before the claim can succeed
 	// (the quarantine after a Redis data loss).
 	Wait time.Duration
-	// State is the attempt's state when Done.
+	// State is the attempt's state when Done, and the harness it was
+	// accepted for when Foreign.
 	State string
 	// Accepted and ClaimedAt are the attempt's acceptance and claim times
 	// (Redis's clock) when Claimed: the queue wait is their difference.
@@ -202,17 +207,18 @@ type ClaimResult struct {
 	Session *SessionRecord
 }
 
-// Claim runs the claim script for attemptID of sessionKey and, when it is
-// claimed, holds and renews the new lease. The returned lease is nil unless
-// the status is Claimed.
-func (k *Keeper) Claim(ctx context.Context, sessionKey, attemptID string) (*Lease, ClaimResult, error) {
+// Claim runs the claim script for attemptID of sessionKey, delivered for
+// harnessID, and, when it is claimed, holds and renews the new lease. An
+// attempt is claimed only for the harness it was accepted for (otherwise
+// ClaimForeign). The returned lease is nil unless the status is Claimed.
+func (k *Keeper) Claim(ctx context.Context, sessionKey, attemptID, harnessID string) (*Lease, ClaimResult, error) {
 	keys := keysFor(sessionKey)
 	token := newEpoch()
 	claim := func(allowNewEpoch string) ([]string, error) {
 		return k.store.script(ctx, nil, claimScript,
 			[]string{keys.order(), keys.attempt(attemptID), keys.lease(), keys.fence(), keys.session()},
 			attemptID, k.holder, k.ttl.Milliseconds(), newEpoch(), SeqReservation, keys.prefix(), k.store.retention.Milliseconds(),
-			token, allowNewEpoch,
+			token, allowNewEpoch, harnessID,
 		).StringSlice()
 	}
 	sentAt := k.clock.Now()
@@ -268,6 +274,11 @@ func (k *Keeper) Claim(ctx context.Context, sessionKey, attemptID string) (*Leas
 		k.nudge(keys.tag, attemptID)
 		return nil, cr, nil
 	case ClaimMissing:
+		return nil, cr, nil
+	case ClaimForeign:
+		if len(res) > 1 {
+			cr.State = res[1]
+		}
 		return nil, cr, nil
 	default:
 		return nil, ClaimResult{}, fmt.Errorf("claim: unexpected reply %q", res)

@@ -156,6 +156,10 @@ func (l *Lease) NoteSeq(ctx context.Context, n int64) error {
 	return nil
 }
 
+// Reserved reports whether event seq n is inside the range reserved in
+// Redis, so that NoteSeq(n) makes no round trip.
+func (l *Lease) Reserved(n int64) bool { return n <= l.seqRes.Load() }
+
 // reservation is what the next renewal should reserve.
 func (l *Lease) reservation() int64 {
 	return max(l.seqRes.Load(), l.seqSent.Load()+SeqReservation)

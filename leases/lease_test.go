@@ -39,7 +39,7 @@ func TestContendersNeverBothHoldASession(t *testing.T) {
 			defer wg.Done()
 			for r := 0; r < rounds; r++ {
 				id := fmt.Sprintf("c%d-r%d", c, r)
-				if _, err := s.Accept(ctx, AcceptArgs{SessionKey: session, AttemptID: id, HarnessID: "h",
+				if _, err := s.Accept(ctx, AcceptArgs{SessionKey: session, AttemptID: id, HarnessID: "codex",
 					QueueTimeout: time.Minute, RunBudget: time.Minute}); err != nil {
 					t.Errorf("accept: %v", err)
 					return
@@ -48,7 +48,7 @@ func TestContendersNeverBothHoldASession(t *testing.T) {
 				for l == nil {
 					var res ClaimResult
 					var err error
-					l, res, err = k.Claim(ctx, session, id)
+					l, res, err = k.Claim(ctx, session, id, "codex")
 					if err != nil {
 						t.Errorf("claim: %v", err)
 						return
@@ -99,10 +99,10 @@ func TestClaimIsExclusive(t *testing.T) {
 	accept(t, s, "sess", "a1", time.Minute)
 	accept(t, s, "sess", "a2", time.Minute)
 	l := mustClaim(t, k1, "sess", "a1")
-	if _, res, _ := k2.Claim(ctx, "sess", "a2"); res.Status != ClaimBusy || res.Blocker != "a1" {
+	if _, res, _ := k2.Claim(ctx, "sess", "a2", "codex"); res.Status != ClaimBusy || res.Blocker != "a1" {
 		t.Fatalf("second claim: %+v, want busy behind a1", res)
 	}
-	if _, res, _ := k2.Claim(ctx, "sess", "a1"); res.Status != ClaimDone {
+	if _, res, _ := k2.Claim(ctx, "sess", "a1", "codex"); res.Status != ClaimDone {
 		t.Fatalf("claiming a claimed attempt again: %+v, want done", res)
 	}
 	info, err := s.LeaseOf(ctx, "sess")
@@ -386,7 +386,7 @@ func TestFinishCommitsEverythingAtOnce(t *testing.T) {
 		t.Fatalf("attempt record %+v", a)
 	}
 	// The next claim reads the record under its new lease: the same record.
-	l2, res, err := k.Claim(ctx, "sess", "a2")
+	l2, res, err := k.Claim(ctx, "sess", "a2", "codex")
 	if err != nil || res.Status != Claimed {
 		t.Fatalf("claim a2: %v %s", err, res.Status)
 	}
@@ -447,7 +447,7 @@ func TestOutcomeIsFirstWriterWins(t *testing.T) {
 	lb := mustClaim(t, k, "s2", "b1")
 	k2 := keysFor("s2")
 	s.rdb.Del(ctx, k2.lease()) // the lease expired
-	got, err := s.Reap(ctx, DueEntry{Tag: k2.tag, AttemptID: "b1"}, time.Second)
+	got, err := s.Reap(ctx, DueEntry{Tag: k2.tag, AttemptID: "b1"}, time.Second, "reaper-test")
 	if err != nil || got.Action != ReapPublish || got.Outcome != string(teamster.CodeWorkerLost) {
 		t.Fatalf("reap %+v %v, want publish worker_lost", got, err)
 	}

@@ -627,7 +627,7 @@ func linStoreOn(t *testing.T, addr string) *Store {
 }
 
 func keeperClaim(ctx context.Context, k *Keeper, session, attemptID string) (linHold, ClaimStatus, error) {
-	l, res, err := k.Claim(ctx, session, attemptID)
+	l, res, err := k.Claim(ctx, session, attemptID, "codex")
 	if err != nil || l == nil {
 		return nil, res.Status, err
 	}
@@ -646,7 +646,7 @@ func claimWithScript(script *redis.Script) linClaimFunc {
 		res, err := script.Run(ctx, k.store.rdb,
 			[]string{keys.order(), keys.attempt(attemptID), keys.lease(), keys.fence(), keys.session()},
 			attemptID, k.holder, k.ttl.Milliseconds(), newEpoch(), SeqReservation, keys.prefix(), FinishedTTL.Milliseconds(),
-			newEpoch(), "1", // a claim token; a new epoch may start
+			newEpoch(), "1", "codex", // a claim token; a new epoch may start; the harness
 		).StringSlice()
 		if err != nil {
 			return nil, "", err
@@ -784,7 +784,7 @@ func (d *linDriver) client(t *testing.T, h *linHistory, k *Keeper, c int, sessio
 			// be refused (ErrAttemptIDTaken) after a moment in the order.
 			attempt = fmt.Sprintf("%s/c%d-%d", session, c, next)
 			in.Kind, in.Attempt = linEnqueue, attempt
-			a, err := d.store.Accept(ctx, AcceptArgs{SessionKey: session, AttemptID: attempt, HarnessID: "h",
+			a, err := d.store.Accept(ctx, AcceptArgs{SessionKey: session, AttemptID: attempt, HarnessID: "codex",
 				QueueTimeout: time.Minute, RunBudget: time.Minute})
 			switch {
 			case errors.Is(err, ErrAttemptIDTaken):

@@ -23,12 +23,12 @@ func TestOrderIsFIFO(t *testing.T) {
 	for i, id := range ids {
 		// Every later attempt is busy behind the current head.
 		for _, later := range ids[i+1:] {
-			if _, res, _ := k.Claim(ctx, "sess", later); res.Status != ClaimBusy || res.Blocker != id {
+			if _, res, _ := k.Claim(ctx, "sess", later, "codex"); res.Status != ClaimBusy || res.Blocker != id {
 				t.Fatalf("claim %s while %s is head: %+v, want busy behind %s", later, id, res, id)
 			}
 		}
 		l := mustClaim(t, k, "sess", id)
-		if _, res, _ := k.Claim(ctx, "sess", ids[len(ids)-1]); res.Status != ClaimBusy && i < len(ids)-1 {
+		if _, res, _ := k.Claim(ctx, "sess", ids[len(ids)-1], "codex"); res.Status != ClaimBusy && i < len(ids)-1 {
 			t.Fatalf("claim while %s runs: %+v, want busy", id, res)
 		}
 		if st, _ := l.Finish(ctx, Outcome{Code: OutcomeOK}); st != Finished {
@@ -56,7 +56,7 @@ func TestExpiredHeadIsDropped(t *testing.T) {
 	if a1.State != StateFinished || a1.Outcome != string(teamster.CodeQueueTimeout) {
 		t.Fatalf("expired head a1: %+v, want finished with queue_timeout", a1)
 	}
-	if _, res, _ := k.Claim(ctx, "sess", "a3"); res.Status != ClaimExpired {
+	if _, res, _ := k.Claim(ctx, "sess", "a3", "codex"); res.Status != ClaimExpired {
 		t.Fatalf("claim past its own deadline: %+v, want expired", res)
 	}
 	a3, _ := s.Attempt(ctx, "sess", "a3")
@@ -78,7 +78,7 @@ func TestDeadHolderIsSettledWorkerLost(t *testing.T) {
 	accept(t, s, "sess", "a1", time.Minute)
 	accept(t, s, "sess", "a2", time.Minute)
 	mustClaim(t, dead, "sess", "a1")
-	if _, res, _ := live.Claim(ctx, "sess", "a2"); res.Status != ClaimBusy {
+	if _, res, _ := live.Claim(ctx, "sess", "a2", "codex"); res.Status != ClaimBusy {
 		t.Fatalf("claim while a1 holds: %+v", res)
 	}
 	s.rdb.Del(ctx, keysFor("sess").lease()) // the dead worker's lease expires

@@ -49,13 +49,21 @@ const (
 	// ReapPublish: an outcome is recorded and must be published (and then
 	// marked with MarkPublished).
 	ReapPublish ReapAction = "publish"
+	// ReapResend: the outcome is published, but its marker did not confirm
+	// sending the result event within its send window (it died or stalled
+	// between its mark and its confirmation). The mark is now the caller's
+	// (its token, a new window): it sends the durable result as the result
+	// event and confirms with ConfirmSentTag.
+	ReapResend ReapAction = "resend"
 )
 
 // Reaped is the reaper's decision about one attempt.
 type Reaped struct {
 	Action ReapAction
 	At     time.Time
-	// For ReapPublish: the recorded outcome and what publishing it needs.
+	// For ReapPublish and ReapResend: the recorded outcome and what
+	// publishing and sending it need (Result is empty for ReapResend: the
+	// stream holds it).
 	Outcome   string
 	Result    []byte // the worker's encoded result; empty for fleet outcomes
 	HarnessID string
@@ -69,12 +77,17 @@ type Reaped struct {
 
 // Reap decides one due attempt: queue_timeout for a queued attempt past its
 // deadline, worker_lost for a claimed attempt whose lease is gone (both first
-// writer wins), and republishing of an outcome its writer did not mark
-// published within grace. It reschedules or drops the index entry itself.
-func (s *Store) Reap(ctx context.Context, e DueEntry, grace time.Duration) (Reaped, error) {
+// writer wins), republishing of an outcome its writer did not mark published
+// within grace, and sending the result event of an outcome whose marker did
+// not confirm sending it within SendWindow (the mark becomes `by`'s). It
+// reschedules or drops the index entry itself.
+func (s *Store) Reap(ctx context.Context, e DueEntry, grace time.Duration, by string) (Reaped, error) {
+	if by == "" {
+		return Reaped{}, fmt.Errorf("reap: empty marker token")
+	}
 	k := keysOfTag(e.Tag)
 	res, err := reapScript.Run(ctx, s.rdb, []string{k.order(), k.attempt(e.AttemptID), k.lease()},
-		e.AttemptID, grace.Milliseconds(), s.retention.Milliseconds()).StringSlice()
+		e.AttemptID, grace.Milliseconds(), s.retention.Milliseconds(), SendWindow.Milliseconds(), by).StringSlice()
 	if err != nil {
 		return Reaped{}, fmt.Errorf("reap: %w", err)
 	}
@@ -90,12 +103,12 @@ func (s *Store) Reap(ctx context.Context, e DueEntry, grace time.Duration) (Reap
 		// XX: an entry dropped meanwhile (published) stays dropped.
 		err := s.rdb.ZAddXX(ctx, ReaperIndexKey, redis.Z{Score: float64(at), Member: member}).Err()
 		return Reaped{Action: ReapWait, At: time.UnixMilli(at)}, err
-	case ReapPublish:
+	case ReapPublish, ReapResend:
 		if len(res) != 8 {
 			return Reaped{}, fmt.Errorf("reap: unexpected reply %q", res)
 		}
 		seq, _ := strconv.ParseInt(res[7], 10, 64)
-		return Reaped{Action: ReapPublish, Outcome: res[1], Result: []byte(res[2]), HarnessID: res[3],
+		return Reaped{Action: ReapAction(res[0]), Outcome: res[1], Result: []byte(res[2]), HarnessID: res[3],
 			WorkerID: res[4], Fence: res[5], ReplyTo: res[6], SeqMax: seq}, nil
 	}
 	return Reaped{}, fmt.Errorf("reap: unexpected reply %q", res)

@@ -11,7 +11,7 @@ import (
 
 // The reaper settles a queued attempt past its deadline as queue_timeout and a
 // claimed attempt whose lease is gone as worker_lost, and drops index entries
-// once their outcomes are published.
+// once their result events are confirmed sent.
 func TestReaperSettlesAndPublishesOnce(t *testing.T) {
 	s := newStore(t)
 	k := newKeeper(t, s, "w1", 5*time.Second, nil)
@@ -29,7 +29,7 @@ func TestReaperSettlesAndPublishesOnce(t *testing.T) {
 	}
 	got := map[string]Reaped{}
 	for _, e := range entries {
-		r, err := s.Reap(ctx, e, time.Second)
+		r, err := s.Reap(ctx, e, time.Second, "reaper-test")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,8 +50,18 @@ func TestReaperSettlesAndPublishesOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Marked but not yet confirmed sent: the entries stay, so that a reaper
+	// sends the result events if their marker cannot.
+	if n, _ := s.IndexLen(ctx); n != 2 {
+		t.Fatalf("index holds %d entries after marking, want 2", n)
+	}
+	for id, sess := range map[string]string{"q1": "s1", "c1": "s2"} {
+		if ok, err := s.ConfirmSent(ctx, sess, id, "test"); err != nil || !ok {
+			t.Fatalf("confirm %s: %v %v", id, ok, err)
+		}
+	}
 	if n, _ := s.IndexLen(ctx); n != 0 {
-		t.Fatalf("index holds %d entries after publishing, want 0", n)
+		t.Fatalf("index holds %d entries after confirming, want 0", n)
 	}
 }
 
@@ -84,7 +94,7 @@ func TestConcurrentReapersSettleOnce(t *testing.T) {
 					// Reap twice, as a reaper that crashed and one that
 					// took over would.
 					for i := 0; i < 2; i++ {
-						res, err := s.Reap(ctx, e, time.Second)
+						res, err := s.Reap(ctx, e, time.Second, "reaper-test")
 						if err != nil {
 							t.Error(err)
 							return
@@ -120,7 +130,7 @@ func TestReaperWaitsForLiveLease(t *testing.T) {
 	k := newKeeper(t, s, "w1", 5*time.Second, nil)
 	accept(t, s, "s", "a", time.Minute)
 	mustClaim(t, k, "s", "a")
-	r, err := s.Reap(ctx, DueEntry{Tag: Tag("s"), AttemptID: "a"}, time.Second)
+	r, err := s.Reap(ctx, DueEntry{Tag: Tag("s"), AttemptID: "a"}, time.Second, "reaper-test")
 	if err != nil || r.Action != ReapWait {
 		t.Fatalf("reap of a running attempt: %+v %v, want wait", r, err)
 	}
@@ -140,10 +150,10 @@ func TestReaperRepublishesUnmarkedOutcome(t *testing.T) {
 		t.Fatal(st)
 	}
 	e := DueEntry{Tag: Tag("s"), AttemptID: "a"}
-	if r, _ := s.Reap(ctx, e, time.Hour); r.Action != ReapWait {
+	if r, _ := s.Reap(ctx, e, time.Hour, "reaper-test"); r.Action != ReapWait {
 		t.Fatalf("reap within grace: %+v, want wait", r)
 	}
-	r, err := s.Reap(ctx, e, 0)
+	r, err := s.Reap(ctx, e, 0, "reaper-test")
 	if err != nil || r.Action != ReapPublish || r.Outcome != OutcomeOK || string(r.Result) != `{"r":1}` {
 		t.Fatalf("reap after grace: %+v %v, want the worker's result", r, err)
 	}
@@ -168,7 +178,7 @@ func reapsWorkerLost(t *testing.T, s *Store, attempt string) {
 	if err != nil || len(due) != 1 || due[0].AttemptID != attempt {
 		t.Fatalf("due: %v %v, want %s alone", due, err, attempt)
 	}
-	r, err := s.Reap(ctx, due[0], time.Second)
+	r, err := s.Reap(ctx, due[0], time.Second, "reaper-test")
 	if err != nil || r.Action != ReapPublish || r.Outcome != string(teamster.CodeWorkerLost) {
 		t.Fatalf("reaped %+v %v, want publish worker_lost", r, err)
 	}
@@ -188,17 +198,20 @@ func TestRedeliveredClaimPointsTheReapersAtTheAttempt(t *testing.T) {
 	}
 	// A redelivery: the claim answers done and moves the index entry
 	// (beside the caller; wait for it).
-	if _, res, err := k.Claim(ctx, "s", "a"); err != nil || res.Status != ClaimDone {
+	if _, res, err := k.Claim(ctx, "s", "a", "codex"); err != nil || res.Status != ClaimDone {
 		t.Fatalf("second claim: %v %+v, want done", err, res)
 	}
 	k.pointing.Wait()
 	reapsWorkerLost(t, s, "a")
-	// Another redelivery, of an attempt already published (no index
-	// entry): the claim creates none.
+	// Another redelivery, of an attempt already published and sent (no
+	// index entry): the claim creates none.
 	if _, err := s.MarkPublished(ctx, "s", "a", "test"); err != nil {
 		t.Fatal(err)
 	}
-	if _, res, err := k.Claim(ctx, "s", "a"); err != nil || res.Status != ClaimDone {
+	if _, err := s.ConfirmSent(ctx, "s", "a", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, res, err := k.Claim(ctx, "s", "a", "codex"); err != nil || res.Status != ClaimDone {
 		t.Fatalf("third claim: %v %+v, want done", err, res)
 	}
 	k.pointing.Wait()

@@ -69,7 +69,7 @@ func TestRetentionSetsTheRecordsTTL(t *testing.T) {
 	// The reaper's queue_timeout.
 	accept(t, s, "s3", "q1", 20*time.Millisecond)
 	waitPast(t, s, "s3", "q1")
-	if r, err := s.Reap(ctx, DueEntry{Tag: Tag("s3"), AttemptID: "q1"}, time.Second); err != nil || r.Outcome != string(teamster.CodeQueueTimeout) {
+	if r, err := s.Reap(ctx, DueEntry{Tag: Tag("s3"), AttemptID: "q1"}, time.Second, "reaper-test"); err != nil || r.Outcome != string(teamster.CodeQueueTimeout) {
 		t.Fatalf("reap q1: %+v %v", r, err)
 	}
 	within("record settled by the reaper", ttl(keysFor("s3").attempt("q1")), keep)

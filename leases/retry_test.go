@@ -13,7 +13,7 @@ func TestClaimRetryWithTheSameTokenGetsTheClaim(t *testing.T) {
 	k := keysFor("sess")
 	keys := []string{k.order(), k.attempt("a1"), k.lease(), k.fence(), k.session()}
 	args := func(token string) []any {
-		return []any{"a1", "w1", 5000, newEpoch(), SeqReservation, k.prefix(), FinishedTTL.Milliseconds(), token, "1"}
+		return []any{"a1", "w1", 5000, newEpoch(), SeqReservation, k.prefix(), FinishedTTL.Milliseconds(), token, "1", "codex"}
 	}
 	first, err := claimScript.Run(ctx, s.rdb, keys, args("tok-1")...).StringSlice()
 	if err != nil || first[0] != "claimed" {
@@ -72,7 +72,7 @@ func TestUnclaimGivesTheAttemptBack(t *testing.T) {
 	if a, _ := s.Attempt(ctx, "sess", "a1"); a.State != StateAccepted || a.WorkerID != "" {
 		t.Fatalf("after unclaim %+v", a)
 	}
-	if _, res, _ := k2.Claim(ctx, "sess", "a2"); res.Status != ClaimBusy {
+	if _, res, _ := k2.Claim(ctx, "sess", "a2", "codex"); res.Status != ClaimBusy {
 		t.Fatalf("a2 jumped the queue: %+v", res)
 	}
 	l2 := mustClaim(t, k2, "sess", "a1")
@@ -97,7 +97,7 @@ func TestNewEpochQuarantineAfterDataLoss(t *testing.T) {
 	k := NewKeeper(KeeperParams{Store: s, Holder: "w1", TTL: time.Second, Logger: quietLogger(), NewEpochQuarantine: quarantine})
 	t.Cleanup(k.Stop)
 	accept(t, s, "s1", "a1", time.Minute)
-	_, res, err := k.Claim(ctx, "s1", "a1")
+	_, res, err := k.Claim(ctx, "s1", "a1", "codex")
 	if err != nil || res.Status != ClaimBusy || res.Wait <= 0 || res.Wait > quarantine {
 		t.Fatalf("claim right after the data loss: %+v %v, want busy for up to %s", res, err, quarantine)
 	}
@@ -108,7 +108,7 @@ func TestNewEpochQuarantineAfterDataLoss(t *testing.T) {
 	var l *Lease
 	deadline := time.Now().Add(5 * time.Second)
 	for l == nil && time.Now().Before(deadline) {
-		l, res, err = k.Claim(ctx, "s1", "a1")
+		l, res, err = k.Claim(ctx, "s1", "a1", "codex")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,7 +121,7 @@ func TestNewEpochQuarantineAfterDataLoss(t *testing.T) {
 	}
 	// A new session after the quarantine claims at once.
 	accept(t, s, "s2", "b1", time.Minute)
-	if _, res, err := k.Claim(ctx, "s2", "b1"); err != nil || res.Status != Claimed {
+	if _, res, err := k.Claim(ctx, "s2", "b1", "codex"); err != nil || res.Status != Claimed {
 		t.Fatalf("new session after the quarantine: %+v %v", res, err)
 	}
 	// An existing epoch never waits.
@@ -129,7 +129,7 @@ func TestNewEpochQuarantineAfterDataLoss(t *testing.T) {
 	if st, _ := l.Finish(ctx, Outcome{Code: OutcomeOK}); st != Finished {
 		t.Fatal(st)
 	}
-	if _, res, err := k.Claim(ctx, "s1", "a2"); err != nil || res.Status != Claimed {
+	if _, res, err := k.Claim(ctx, "s1", "a2", "codex"); err != nil || res.Status != Claimed {
 		t.Fatalf("next turn of a session with an epoch: %+v %v", res, err)
 	}
 }

@@ -58,28 +58,34 @@ return e
 `)
 
 // acceptScript records an attempt as accepted and appends it to its session's
-// order, unless the attempt id is known already (a resubmit is answered from
-// the existing record and never appended twice).
+// order, unless the attempt id is known already: an attempt id is bound to
+// the attempt first accepted under it. A resubmit of the same attempt (same
+// digest) is answered from the existing record and never appended twice; a
+// different attempt under a known id is refused and changes nothing.
 //
 // KEYS[1] teamster:{s}:attempt:<attemptId>
 // KEYS[2] teamster:{s}:order
 // ARGV[1] attemptId
 // ARGV[2] queue timeout (ms); the queue deadline is now + this
 // ARGV[3] record TTL (ms)
-// ARGV[4..] field, value pairs stored on the record (harness, replyTo, reply, ...)
-// Returns {status, state, reply, deadline}: status "accepted" for a new
-// attempt, "exists" for a known one (with its state and stored reply).
+// ARGV[4] the attempt's digest (bus.AttemptDigest), stored as "digest"
+// ARGV[5..] field, value pairs stored on the record (harness, replyTo, reply, ...)
+// Returns {status, state, reply, deadline, harness, replyTo}: status
+// "accepted" for a new attempt, "exists" for a known one with the same digest
+// (with its stored state, reply, harness and replyTo), or {"conflict"} for a
+// known id whose record holds another digest.
 var acceptScript = redis.NewScript(prelude + `
 if redis.call('EXISTS', KEYS[1]) == 1 then
-  local r = redis.call('HMGET', KEYS[1], 'state', 'reply', 'deadline')
-  return {'exists', r[1] or '', r[2] or '', r[3] or '0'}
+  local r = redis.call('HMGET', KEYS[1], 'digest', 'state', 'reply', 'deadline', 'harness', 'replyTo')
+  if r[1] ~= ARGV[4] then return {'conflict'} end
+  return {'exists', r[2] or '', r[3] or '', r[4] or '0', r[5] or '', r[6] or ''}
 end
 local now = now_ms()
 local deadline = now + tonumber(ARGV[2])
-redis.call('HSET', KEYS[1], 'state', 'accepted', 'accepted', now, 'deadline', deadline, unpack(ARGV, 4))
+redis.call('HSET', KEYS[1], 'state', 'accepted', 'accepted', now, 'deadline', deadline, 'digest', ARGV[4], unpack(ARGV, 5))
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('RPUSH', KEYS[2], ARGV[1])
-return {'accepted', 'accepted', '', tostring(deadline)}
+return {'accepted', 'accepted', '', tostring(deadline), '', ''}
 `)
 
 // unacceptScript removes an attempt that the router could not publish, but only
@@ -122,17 +128,22 @@ return 1
 // start one (no fence hash: a new session, or a Redis that lost its data)
 // returns {"newepoch"} and claims nothing, so that the caller can first make
 // sure every lease granted before a data loss has expired (see bootScript)
+// ARGV[10] the harness id whose subject the message came on: an attempt runs
+// only on the harness it was accepted for
 // Returns {"claimed", fence, now, acceptedAt, settled, field, value, ...} with
 // the session record's fields read under the new lease, {"busy", blocker,
 // settled}, {"done", state}, {"expired"} (the queue deadline passed:
-// queue_timeout recorded), {"newepoch", settled} or {"missing"}. settled is
+// queue_timeout recorded), {"newepoch", settled}, {"foreign", harness} (the
+// record names another harness: the message is not this attempt's; nothing
+// changed) or {"missing"}. settled is
 // the space-separated ids of earlier heads the walk settled (queue_timeout,
 // worker_lost): the caller points the reapers at them, since their index
 // entries may still sit at their queue deadlines.
 var claimScript = redis.NewScript(prelude + `
 local now = now_ms()
-local st = redis.call('HMGET', KEYS[2], 'state', 'deadline', 'accepted', 'ctoken', 'fence', 'claimed')
+local st = redis.call('HMGET', KEYS[2], 'state', 'deadline', 'accepted', 'ctoken', 'fence', 'claimed', 'harness')
 if not st[1] then return {'missing'} end
+if st[7] ~= ARGV[10] then return {'foreign', st[7] or ''} end
 if st[1] == 'claimed' and st[4] == ARGV[8] and redis.call('HGET', KEYS[3], 'fence') == st[5] then
   local out = {'claimed', st[5], st[6], st[3] or st[6], ''}
   for _, v in ipairs(redis.call('HGETALL', KEYS[5])) do out[#out + 1] = v end
@@ -324,21 +335,37 @@ return 1
 // First marker wins: whoever marks it sends the result event (DESIGN.md:
 // published, marked, and only then sent), so a worker and a reaper that
 // both published the outcome never both send it. The mark is the marker's
-// token, so a marker retrying after a lost reply is still the first.
+// token, so a marker retrying after a lost reply is still the first. The
+// mark's time ("pubat") opens the marker's send window: a mark not
+// confirmed sent (sentScript) within it is taken over by a reaper, which
+// sends the result event in its place (reapScript).
 //
 // KEYS[1] teamster:{s}:attempt:<attemptId>
 // ARGV[1] the marker's token (non-empty)
 // Returns 1 when marked by this token (now, or by an earlier try), 2 when
 // marked by another, 0 when the record is gone.
-var markPublishedScript = redis.NewScript(`
+var markPublishedScript = redis.NewScript(prelude + `
 local st = redis.call('HMGET', KEYS[1], 'state', 'published')
 if not st[1] then return 0 end
 if st[2] then
   if st[2] == ARGV[1] then return 1 end
   return 2
 end
-redis.call('HSET', KEYS[1], 'published', ARGV[1])
+redis.call('HSET', KEYS[1], 'published', ARGV[1], 'pubat', now_ms())
 redis.call('HDEL', KEYS[1], 'result')
+return 1
+`)
+
+// sentScript confirms that the marker holding the mark sent the result
+// event: from then on no reaper sends it again.
+//
+// KEYS[1] teamster:{s}:attempt:<attemptId>
+// ARGV[1] the marker's token
+// Returns 1 when confirmed (now or before), 0 when the mark is another's (a
+// reaper took it over) or the record is gone.
+var sentScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'published') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'sent', '1')
 return 1
 `)
 
@@ -375,7 +402,10 @@ return due
 // reapScript decides, and where due records, the fleet's outcome of one
 // attempt: queue_timeout for a queued attempt past its deadline, worker_lost
 // for a claimed attempt whose lease is gone. It also returns outcomes recorded
-// by a worker that were not marked published within the grace period.
+// by a worker that were not marked published within the grace period, and
+// takes over marks whose marker did not confirm sending the result event
+// within the send window (it died, or stalled, between its mark and its
+// confirmation): the mark becomes the caller's, with a new send window.
 //
 // KEYS[1] teamster:{s}:order
 // KEYS[2] teamster:{s}:attempt:<attemptId>
@@ -383,12 +413,18 @@ return due
 // ARGV[1] attemptId
 // ARGV[2] grace (ms) before a worker's unpublished outcome is published again
 // ARGV[3] TTL (ms) of a record once finished
-// Returns {"gone"}, {"wait", atMs}, or
-// {"publish", outcome, result, harness, worker, fence, replyTo, seqmax}.
+// ARGV[4] the send window (ms) of a mark
+// ARGV[5] the caller's marker token, for a mark it takes over
+// Returns {"gone"}, {"wait", atMs},
+// {"publish", outcome, result, harness, worker, fence, replyTo, seqmax} or
+// {"resend", outcome, "", harness, worker, fence, replyTo, seqmax} (the
+// outcome is published and the mark is now the caller's: send the durable
+// result as the result event, then confirm it with sentScript).
 var reapScript = redis.NewScript(prelude + `
 local now = now_ms()
-local r = redis.call('HMGET', KEYS[2], 'state', 'deadline', 'published', 'finished', 'by')
+local r = redis.call('HMGET', KEYS[2], 'state', 'deadline', 'published', 'finished', 'by', 'pubat', 'sent')
 if not r[1] then return {'gone'} end
+local action = 'publish'
 if r[1] == 'accepted' then
   if now < tonumber(r[2]) then return {'wait', tostring(r[2])} end
   settle(KEYS[2], 'queue_timeout', now, ARGV[3])
@@ -399,15 +435,21 @@ elseif r[1] == 'claimed' then
   end
   settle(KEYS[2], 'worker_lost', now, ARGV[3])
   redis.call('LREM', KEYS[1], 0, ARGV[1])
+elseif r[3] then
+  -- Published. Sent, or marked before marks had a send window: nothing owed.
+  if r[7] or not r[6] then return {'gone'} end
+  local at = tonumber(r[6]) + tonumber(ARGV[4])
+  if now < at then return {'wait', tostring(at)} end
+  redis.call('HSET', KEYS[2], 'published', ARGV[5], 'pubat', now)
+  action = 'resend'
 else
-  if r[3] then return {'gone'} end
   if r[5] == 'worker' then
     local at = tonumber(r[4] or '0') + tonumber(ARGV[2])
     if now < at then return {'wait', tostring(at)} end
   end
 end
 local f = redis.call('HMGET', KEYS[2], 'outcome', 'result', 'harness', 'worker', 'fence', 'replyTo', 'seqmax')
-return {'publish', f[1] or '', f[2] or '', f[3] or '', f[4] or '', f[5] or '', f[6] or '', f[7] or '0'}
+return {action, f[1] or '', f[2] or '', f[3] or '', f[4] or '', f[5] or '', f[6] or '', f[7] or '0'}
 `)
 
 // grantScript grants a source authority generation. A revoked generation, and
@@ -446,6 +488,6 @@ return revoked
 // allScripts is every script, for loading them up front.
 var allScripts = []*redis.Script{
 	epochScript, acceptScript, unacceptScript, claimScript, renewScript, releaseScript,
-	finishScript, abandonScript, markPublishedScript, writeSessionScript, dueScript,
+	finishScript, abandonScript, markPublishedScript, sentScript, writeSessionScript, dueScript,
 	reapScript, grantScript, revokeScript, sessionOpScript, unclaimScript, bootScript,
 }

@@ -60,10 +60,13 @@ func TestEveryScriptIsGivenKeysOfOneSlot(t *testing.T) {
 	if _, err := s.MarkPublished(ctx, "sess", "a1", "test"); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := s.ConfirmSent(ctx, "sess", "a1", "test"); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.Due(ctx, 10, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Reap(ctx, DueEntry{Tag: Tag("sess"), AttemptID: "a1"}, 0); err != nil {
+	if _, err := s.Reap(ctx, DueEntry{Tag: Tag("sess"), AttemptID: "a1"}, 0, "reaper-test"); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.GrantSource(ctx, "src", 1); err != nil {
@@ -78,7 +81,7 @@ func TestEveryScriptIsGivenKeysOfOneSlot(t *testing.T) {
 	kq := NewKeeper(KeeperParams{Store: s, Holder: "w2", TTL: time.Second, Logger: quietLogger(), NewEpochQuarantine: time.Second})
 	t.Cleanup(kq.Stop)
 	accept(t, s, "fresh", "q1", time.Minute)
-	if _, _, err := kq.Claim(ctx, "fresh", "q1"); err != nil {
+	if _, _, err := kq.Claim(ctx, "fresh", "q1", "codex"); err != nil {
 		t.Fatal(err)
 	}
 	for _, sc := range allScripts {

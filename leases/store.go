@@ -126,8 +126,12 @@ func (s *Store) Epoch(ctx context.Context, sessionKey string) (string, error) {
 
 // AcceptArgs describes an attempt being accepted.
 type AcceptArgs struct {
-	SessionKey   string
-	AttemptID    string
+	SessionKey string
+	AttemptID  string
+	// Digest identifies the attempt (bus.AttemptDigest): the attempt id is
+	// bound to it, so a resubmit of another attempt under the same id is
+	// refused.
+	Digest       string
 	HarnessID    string
 	ReplyTo      string
 	QueueTimeout time.Duration
@@ -149,13 +153,23 @@ type Accepted struct {
 	Reply []byte
 	// Deadline is the attempt's queue deadline.
 	Deadline time.Time
+	// HarnessID and ReplyTo are what a known attempt was accepted with: a
+	// resubmit is published again to that harness, never to the one a new
+	// selection would name.
+	HarnessID, ReplyTo string
 }
+
+// ErrAttemptReused says an attempt id is already bound to a different
+// attempt: a resubmit must carry the same attempt as the first submit.
+var ErrAttemptReused = teamster.Errorf(teamster.CodeInvalidRequest,
+	"attemptId is already used for a different attempt (a resubmit must carry the same attempt)")
 
 // Accept records an attempt as accepted: first the reaper's index, then, in one
 // script, the attempt record and its place at the end of its session's order.
 // A crash between the two leaves an index entry that the reaper drops, never
 // an order entry the reaper cannot see. A known attempt id is answered from its
-// record and never appended twice.
+// record and never appended twice when the digest matches, and refused with
+// ErrAttemptReused, changing nothing, when it does not.
 func (s *Store) Accept(ctx context.Context, a AcceptArgs) (Accepted, error) {
 	k := keysFor(a.SessionKey)
 	// The index score is a hint: the reaper decides from the record, on
@@ -166,7 +180,7 @@ func (s *Store) Accept(ctx context.Context, a AcceptArgs) (Accepted, error) {
 	member := redis.Z{Score: float64(due.UnixMilli()), Member: indexMember(k.tag, a.AttemptID)}
 	ttl := a.QueueTimeout + a.RunBudget + s.retention
 	keys := []string{k.attempt(a.AttemptID), k.order()}
-	args := []any{a.AttemptID, a.QueueTimeout.Milliseconds(), ttl.Milliseconds(),
+	args := []any{a.AttemptID, a.QueueTimeout.Milliseconds(), ttl.Milliseconds(), a.Digest,
 		"harness", a.HarnessID, "replyTo", a.ReplyTo, "reply", a.Reply}
 	// The id is claimed fleet-wide (its record is per session, but its
 	// de-duplication and its result subject are per id), in the same round
@@ -180,6 +194,10 @@ func (s *Store) Accept(ctx context.Context, a AcceptArgs) (Accepted, error) {
 			return Accepted{}, fmt.Errorf("accept: %w", err)
 		}
 	}
+	res, err := accept.StringSlice()
+	if err != nil {
+		return Accepted{}, fmt.Errorf("accept: %w", err)
+	}
 	if !claimID.Val() {
 		owner, err := s.rdb.Get(ctx, idKey).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
@@ -187,7 +205,7 @@ func (s *Store) Accept(ctx context.Context, a AcceptArgs) (Accepted, error) {
 		}
 		if owner != "" && owner != k.tag {
 			// Used under another session: withdraw what this call added.
-			if res, _ := accept.StringSlice(); len(res) > 0 && res[0] == "accepted" {
+			if len(res) > 0 && res[0] == "accepted" {
 				if _, err := s.Unaccept(ctx, a.SessionKey, a.AttemptID); err != nil {
 					return Accepted{}, fmt.Errorf("accept: withdraw a reused id: %w", err)
 				}
@@ -195,15 +213,38 @@ func (s *Store) Accept(ctx context.Context, a AcceptArgs) (Accepted, error) {
 			return Accepted{}, ErrAttemptIDTaken
 		}
 	}
-	res, err := accept.StringSlice()
-	if err != nil {
-		return Accepted{}, fmt.Errorf("accept: %w", err)
+	if len(res) == 1 && res[0] == "conflict" {
+		return Accepted{}, ErrAttemptReused
 	}
-	if len(res) != 4 {
+	if len(res) != 6 {
 		return Accepted{}, fmt.Errorf("accept: unexpected reply %q", res)
 	}
 	deadline, _ := strconv.ParseInt(res[3], 10, 64)
-	return Accepted{New: res[0] == "accepted", State: res[1], Reply: []byte(res[2]), Deadline: time.UnixMilli(deadline)}, nil
+	return Accepted{New: res[0] == "accepted", State: res[1], Reply: []byte(res[2]), Deadline: time.UnixMilli(deadline),
+		HarnessID: res[4], ReplyTo: res[5]}, nil
+}
+
+// Known answers a submit that was refused before it reached Accept (its
+// selection or its delegation check failed now) from the record of its
+// attempt id, when there is one: the attempt was accepted earlier, and a
+// resubmit is answered from what was accepted, not refused because the
+// fleet's view changed since. ErrNotFound when the id has no record under
+// the session; ErrAttemptReused when its record holds another attempt.
+func (s *Store) Known(ctx context.Context, sessionKey, attemptID, digest string) (Accepted, error) {
+	k := keysFor(sessionKey)
+	r, err := s.rdb.HMGet(ctx, k.attempt(attemptID), "digest", "state", "reply", "deadline", "harness", "replyTo").Result()
+	if err != nil {
+		return Accepted{}, fmt.Errorf("read the attempt record: %w", err)
+	}
+	str := func(i int) string { v, _ := r[i].(string); return v }
+	if r[1] == nil {
+		return Accepted{}, ErrNotFound
+	}
+	if str(0) != digest {
+		return Accepted{}, ErrAttemptReused
+	}
+	deadline, _ := strconv.ParseInt(str(3), 10, 64)
+	return Accepted{State: str(1), Reply: []byte(str(2)), Deadline: time.UnixMilli(deadline), HarnessID: str(4), ReplyTo: str(5)}, nil
 }
 
 // ErrAttemptIDTaken says an attempt id is already used under another
@@ -239,12 +280,28 @@ const (
 	MarkedGone
 )
 
+// SendWindow is how long a marker has, from its mark, to send the result
+// event and confirm it (ConfirmSent). A marker that is held up past half of
+// it sends nothing; a mark still unconfirmed after it is taken over by a
+// reaper, which sends the result event (Reap, ReapResend). So a submitter
+// gets its result event even when its sender died between the mark and the
+// event; it gets two only when the sender sent and then could not confirm
+// within the window (the client keeps the first).
+const SendWindow = 5 * time.Second
+
+// SendBy is the local deadline by which a marker whose mark was sent at
+// markSent may still send the result event: half the send window, so that
+// a marker and a reaper taking its mark over never both send while the
+// marker's clock and Redis's run at the same rate.
+func SendBy(markSent time.Time) time.Time { return markSent.Add(SendWindow / 2) }
+
 // MarkPublished marks an attempt's outcome as durably published, by the
-// marker token `by`, and drops it from the reaper index, in one round trip. A
-// marker retrying with the same token after a lost reply gets MarkedNow
+// marker token `by`, in one round trip, and opens the marker's send window.
+// A marker retrying with the same token after a lost reply gets MarkedNow
 // again. On an error the outcome may or may not be marked: its caller does
-// not send the result event, and unless the mark went through a reaper
-// publishes the outcome again and sends it.
+// not send the result event, and a reaper either publishes the outcome again
+// (not marked) or takes the mark over once its send window has passed, and
+// sends it.
 func (s *Store) MarkPublished(ctx context.Context, sessionKey, attemptID, by string) (Marked, error) {
 	return s.markPublished(ctx, Tag(sessionKey), attemptID, by)
 }
@@ -253,13 +310,10 @@ func (s *Store) markPublished(ctx context.Context, tag, attemptID, by string) (M
 	if by == "" {
 		return 0, errors.New("mark published: empty marker token")
 	}
-	unindex := redis.NewIntCmd(ctx, "zrem", ReaperIndexKey, indexMember(tag, attemptID))
-	n, err := s.script(ctx, []redis.Cmder{unindex}, markPublishedScript, []string{keysOfTag(tag).attempt(attemptID)}, by).Int()
+	n, err := s.script(ctx, nil, markPublishedScript, []string{keysOfTag(tag).attempt(attemptID)}, by).Int()
 	if err != nil {
 		return 0, err
 	}
-	// A lost index removal is harmless: the reaper finds the outcome
-	// published and drops the entry itself.
 	switch n {
 	case 0:
 		return MarkedGone, nil
@@ -269,6 +323,31 @@ func (s *Store) markPublished(ctx context.Context, tag, attemptID, by string) (M
 		return MarkedBefore, nil
 	}
 	return 0, fmt.Errorf("mark published: unexpected reply %d", n)
+}
+
+// ConfirmSent records that the marker `by` sent the attempt's result event
+// and drops the attempt from the reaper index, in one round trip: nothing is
+// owed any more. It reports whether the mark was still by's (false: a
+// reaper took it over and sends the event itself, or the record is gone).
+func (s *Store) ConfirmSent(ctx context.Context, sessionKey, attemptID, by string) (bool, error) {
+	return s.confirmSent(ctx, Tag(sessionKey), attemptID, by)
+}
+
+// ConfirmSentTag is ConfirmSent for the reaper, which knows the session only
+// by its tag.
+func (s *Store) ConfirmSentTag(ctx context.Context, tag, attemptID, by string) (bool, error) {
+	return s.confirmSent(ctx, tag, attemptID, by)
+}
+
+func (s *Store) confirmSent(ctx context.Context, tag, attemptID, by string) (bool, error) {
+	unindex := redis.NewIntCmd(ctx, "zrem", ReaperIndexKey, indexMember(tag, attemptID))
+	n, err := s.script(ctx, []redis.Cmder{unindex}, sentScript, []string{keysOfTag(tag).attempt(attemptID)}, by).Int()
+	if err != nil {
+		return false, fmt.Errorf("confirm sent: %w", err)
+	}
+	// A lost index removal is harmless: the reaper finds the result sent and
+	// drops the entry itself.
+	return n == 1, nil
 }
 
 // AttemptRecord is an attempt's record as stored.
@@ -284,6 +363,8 @@ type AttemptRecord struct {
 	Outcome   string
 	Result    []byte
 	Published bool
+	// Sent says the marker confirmed sending the result event.
+	Sent bool
 }
 
 // ErrNotFound says a record does not exist.
@@ -307,7 +388,7 @@ func (s *Store) attemptByTag(ctx context.Context, tag, attemptID string) (*Attem
 	return &AttemptRecord{
 		State: m["state"], HarnessID: m["harness"], ReplyTo: m["replyTo"], Reply: []byte(m["reply"]),
 		Deadline: time.UnixMilli(deadline), WorkerID: m["worker"], Fence: m["fence"], SeqMax: seq,
-		Outcome: m["outcome"], Result: []byte(m["result"]), Published: m["published"] != "",
+		Outcome: m["outcome"], Result: []byte(m["result"]), Published: m["published"] != "", Sent: m["sent"] != "",
 	}, nil
 }
 

@@ -103,20 +103,27 @@ func (rp *reaper) sweep() int {
 
 func (rp *reaper) reap(ctx context.Context, e leases.DueEntry) {
 	log := rp.log.WithFields(logrus.Fields{"attempt": e.AttemptID, "session": e.Tag})
-	res, err := rp.store.Reap(ctx, e, publishGrace)
+	// The reaper's marker token for this attempt: the mark it makes when it
+	// publishes, or the mark it takes over from a marker that never
+	// confirmed sending.
+	by := leases.MarkerToken()
+	res, err := rp.store.Reap(ctx, e, publishGrace, by)
 	if err != nil {
 		log.Warn("reaper: " + err.Error())
 		return
 	}
-	if res.Action == leases.ReapPublish {
-		rp.publish(ctx, log, e, res)
+	switch res.Action {
+	case leases.ReapPublish:
+		rp.publish(ctx, log, e, res, by)
+	case leases.ReapResend:
+		rp.resend(ctx, log, e, res, by)
 	}
 }
 
 // publish stores an outcome the reaper decided (or republishes one a worker
 // recorded) on the results stream, marks it published, and sends its result
 // event when the reaper's mark was the first.
-func (rp *reaper) publish(ctx context.Context, log logrus.FieldLogger, e leases.DueEntry, res leases.Reaped) {
+func (rp *reaper) publish(ctx context.Context, log logrus.FieldLogger, e leases.DueEntry, res leases.Reaped, by string) {
 	var err error
 	body := res.Result
 	if len(body) == 0 {
@@ -143,25 +150,75 @@ func (rp *reaper) publish(ctx context.Context, log logrus.FieldLogger, e leases.
 	// A mark whose reply was lost may have been made: it is tried again
 	// with the same token, which Redis answers as this reaper's mark, so
 	// the event is still sent (by this reaper, once).
-	by := leases.MarkerToken()
 	var marked leases.Marked
+	var markSent time.Time
 	err = retry.For(ctx, markRetry, func() error {
 		var err error
+		markSent = time.Now()
 		marked, err = rp.store.MarkPublishedTag(ctx, e.Tag, e.AttemptID, by)
 		return err
 	})
 	switch {
 	case err != nil:
 		log.Warn("reaper: mark published failed; the reaper that marks it sends the result event: " + err.Error())
-	case exists || res.ReplyTo == "":
-		// Another result stands (its publisher sent it), or nobody listens.
 	case marked != leases.MarkedNow:
-		log.Info("reaper: the result was marked published by another, which sent the result event")
+		log.Info("reaper: the result was marked published by another, which sends the result event")
+	case exists || res.ReplyTo == "":
+		// Another result stands (its publisher sends it), or nobody listens.
+		rp.confirm(ctx, log, e, by)
 	default:
-		ev := &bus.Event{V: bus.Version, AttemptID: e.AttemptID, Seq: res.SeqMax + 1, Type: bus.EventResult, Data: body}
-		if err := bus.SendEvent(rp.nc, res.ReplyTo, ev); err != nil {
-			log.Debug("reaper: result event not sent: " + err.Error())
-		}
+		rp.send(ctx, log, e, res, body, markSent, by)
+	}
+}
+
+// resend sends the result event of an outcome whose marker did not confirm
+// sending it within its send window (it died, or stalled, between its mark
+// and the event): the reaper holds the mark now, and sends the durable
+// result. The submitter may get the event twice, if the marker sent it and
+// then stalled before confirming; clients keep the first result event.
+func (rp *reaper) resend(ctx context.Context, log logrus.FieldLogger, e leases.DueEntry, res leases.Reaped, by string) {
+	markSent := time.Now()
+	if res.ReplyTo == "" {
+		rp.confirm(ctx, log, e, by)
+		return
+	}
+	body, err := bus.GetResultBody(ctx, rp.js, e.AttemptID)
+	if err != nil {
+		// The reaper tries again once the mark's window has passed.
+		log.Warn("reaper: the durable result could not be read to send its result event: " + err.Error())
+		return
+	}
+	log.WithField("worker", res.WorkerID).Info("reaper: the result event was not confirmed sent by its marker; sending it")
+	rp.m.Resent.Inc()
+	rp.send(ctx, log, e, res, body, markSent, by)
+}
+
+// send sends the result event as the holder of the attempt's mark, made at
+// markSent, and confirms it. A reaper held up past its mark's send-by time
+// sends nothing: another reaper takes the mark over and sends it.
+func (rp *reaper) send(ctx context.Context, log logrus.FieldLogger, e leases.DueEntry, res leases.Reaped, body []byte, markSent time.Time, by string) {
+	if time.Now().After(leases.SendBy(markSent)) {
+		log.Warn("reaper: too late to send the result event under its mark; another reaper sends it")
+		return
+	}
+	ev := &bus.Event{V: bus.Version, AttemptID: e.AttemptID, Seq: res.SeqMax + 1, Type: bus.EventResult, Data: body}
+	if err := bus.SendEvent(rp.nc, res.ReplyTo, ev); err != nil {
+		// Not sent (the connection is down): leave the mark unconfirmed, so
+		// that a reaper sends it after the window.
+		log.Debug("reaper: result event not sent: " + err.Error())
+		return
+	}
+	rp.confirm(ctx, log, e, by)
+}
+
+// confirm records that the reaper's mark owes nothing more.
+func (rp *reaper) confirm(ctx context.Context, log logrus.FieldLogger, e leases.DueEntry, by string) {
+	err := retry.For(ctx, markRetry, func() error {
+		_, err := rp.store.ConfirmSentTag(ctx, e.Tag, e.AttemptID, by)
+		return err
+	})
+	if err != nil {
+		log.Warn("reaper: the result event's sending not confirmed; a reaper may send it again: " + err.Error())
 	}
 }
 

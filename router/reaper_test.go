@@ -22,7 +22,7 @@ func TestReapersSendTheResultEventOnce(t *testing.T) {
 
 	e, both := expired(t, b, "a1")
 	for _, r := range both {
-		rp.publish(ctx, b.Log, e, r)
+		rp.publish(ctx, b.Log, e, r, leases.MarkerToken())
 	}
 	// A worker's outcome marked by the worker (which sent its event) before
 	// the reaper's publish got to its mark.
@@ -30,7 +30,7 @@ func TestReapersSendTheResultEventOnce(t *testing.T) {
 	if m, err := b.Store.MarkPublished(ctx, "s-a2", "a2", "worker-fence"); err != nil || m != leases.MarkedNow {
 		t.Fatalf("worker mark: %v %v", m, err)
 	}
-	rp.publish(ctx, b.Log, e2, both2[0])
+	rp.publish(ctx, b.Log, e2, both2[0], leases.MarkerToken())
 
 	if got := events(); got["a1"] != 1 || got["a2"] != 0 {
 		t.Fatalf("result events %v, want a1 once (two reapers), a2 none (its worker marked first)", got)
@@ -68,7 +68,7 @@ func expired(t *testing.T, b *backendtest.Backends, id string) (leases.DueEntry,
 	e := leases.DueEntry{Tag: leases.Tag("s-" + id), AttemptID: id}
 	var got [2]leases.Reaped
 	for i := range got {
-		r, err := b.Store.Reap(ctx, e, publishGrace)
+		r, err := b.Store.Reap(ctx, e, publishGrace, leases.MarkerToken())
 		if err != nil || r.Action != leases.ReapPublish || r.Outcome != string(teamster.CodeQueueTimeout) {
 			t.Fatalf("reap %d of %s: %+v %v, want publish queue_timeout", i, id, r, err)
 		}
@@ -87,7 +87,7 @@ func TestReaperMarkWithALostReplyStillSends(t *testing.T) {
 
 	e, both := expired(t, b, "a3")
 	lost := b.LoseNextMarkReply()
-	rp.publish(ctx, b.Log, e, both[0])
+	rp.publish(ctx, b.Log, e, both[0], leases.MarkerToken())
 
 	if !lost() {
 		t.Fatal("no mark published reply was lost; the test did not test anything")
@@ -100,8 +100,46 @@ func TestReaperMarkWithALostReplyStillSends(t *testing.T) {
 	}
 	// A second reaper that publishes the same outcome finds it marked by
 	// the first and sends nothing.
-	rp.publish(ctx, b.Log, e, both[1])
+	rp.publish(ctx, b.Log, e, both[1], leases.MarkerToken())
 	if got := events(); got["a3"] != 0 {
 		t.Fatalf("result events after a second reaper %v, want none", got)
+	}
+}
+
+// A mark that its marker never confirmed sending (it died between its mark
+// and the result event) is taken over by a reaper once its send window has
+// passed: the reaper sends the durable result as the result event, once,
+// and confirms it; a later reaper owes nothing.
+func TestReaperSendsTheResultEventOfAnUnconfirmedMark(t *testing.T) {
+	b, rp, events := startReaper(t)
+	ctx := t.Context()
+	e, both := expired(t, b, "a4")
+	body, err := fleetResult("a4", both[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A marker (another reaper, say) published and marked the outcome and
+	// died before sending its event.
+	if err := bus.PublishResultBody(ctx, b.JS, "a4", body); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := b.Store.MarkPublished(ctx, "s-a4", "a4", "dead-marker"); err != nil || m != leases.MarkedNow {
+		t.Fatalf("mark: %v %v", m, err)
+	}
+	rp.reap(ctx, e) // within the send window: nothing yet
+	if got := events(); got["a4"] != 0 {
+		t.Fatalf("result events within the send window %v, want none", got)
+	}
+	b.AgeMark(t, "s-a4", "a4", leases.SendWindow+time.Second)
+	rp.reap(ctx, e)
+	if got := events(); got["a4"] != 1 {
+		t.Fatalf("result events after the send window %v, want a4 once", got)
+	}
+	if rec, err := b.Store.Attempt(ctx, "s-a4", "a4"); err != nil || !rec.Sent {
+		t.Fatalf("record of a4: %+v %v, want sent", rec, err)
+	}
+	rp.reap(ctx, e)
+	if got := events(); got["a4"] != 0 {
+		t.Fatalf("result events after the reaper confirmed %v, want none", got)
 	}
 }

@@ -34,7 +34,11 @@ func (r *Router) onSubmitDelegate(m *nats.Msg) {
 
 // submit handles one submit (delegate is "" for the owner): validate, select,
 // record (reaper index, then record and order), publish with Nats-Msg-Id,
-// reply. Every refusal is a typed rejected reply that changed no state.
+// reply. Every refusal is a typed rejected reply that changed no state. An
+// attempt id is bound to the attempt first accepted under it (its digest): a
+// resubmit of that attempt is answered from its record, whatever selection
+// or the delegation check would say now, and a different attempt under the
+// id is refused.
 func (r *Router) submit(m *nats.Msg, delegate string) {
 	a, err := bus.DecodeSubmit(m.Data)
 	if err != nil {
@@ -42,16 +46,31 @@ func (r *Router) submit(m *nats.Msg, delegate string) {
 		r.replySubmit(m, &bus.SubmitReply{V: bus.Version, Status: bus.StatusRejected, Error: teamster.AsError(err)})
 		return
 	}
-	if a.AttemptID == "" {
+	given := a.AttemptID != ""
+	if !given {
 		a.AttemptID = ulid.Make().String()
 	}
 	// The attempt's log fields are built only when something is logged: an
 	// accepted submit logs nothing below debug level.
 	log := func() logrus.FieldLogger { return r.attemptLog(a, delegate) }
+	digest, err := bus.AttemptDigest(a, delegate)
+	if err != nil {
+		r.replySubmit(m, &bus.SubmitReply{V: bus.Version, Status: bus.StatusRejected, AttemptID: a.AttemptID, Error: teamster.AsError(err)})
+		return
+	}
+	// refuse answers a submit that cannot be accepted now, unless its id
+	// was accepted before: then it is a resubmit, answered from the record
+	// (the registry or the session may have changed since).
+	refuse := func(rep *bus.SubmitReply) {
+		if given && r.answerKnown(m, a, digest, delegate, log) {
+			return
+		}
+		r.replySubmit(m, rep)
+	}
 	if delegate != "" {
 		if err := r.checkDelegate(delegate, a); err != nil {
 			log().WithField("field", delegation.DeniedField(err)).Info("delegated submit refused")
-			r.replySubmit(m, &bus.SubmitReply{V: bus.Version, Status: bus.StatusRejected, AttemptID: a.AttemptID, Error: teamster.AsError(err)})
+			refuse(&bus.SubmitReply{V: bus.Version, Status: bus.StatusRejected, AttemptID: a.AttemptID, Error: teamster.AsError(err)})
 			return
 		}
 	}
@@ -62,12 +81,12 @@ func (r *Router) submit(m *nats.Msg, delegate string) {
 		logSelection(log(), &rec, err)
 	}
 	if err != nil {
-		r.replySubmit(m, &bus.SubmitReply{V: bus.Version, Status: bus.StatusRejected, AttemptID: a.AttemptID, Selection: &rec, Error: teamster.AsError(err)})
+		refuse(&bus.SubmitReply{V: bus.Version, Status: bus.StatusRejected, AttemptID: a.AttemptID, Selection: &rec, Error: teamster.AsError(err)})
 		return
 	}
 	if d.Embedded() {
 		// No worker hosts the embedded runtime: the gateway runs the turn.
-		r.replySubmit(m, &bus.SubmitReply{V: bus.Version, Status: bus.StatusFallback, AttemptID: a.AttemptID, HarnessID: d.HarnessID, Selection: &rec})
+		refuse(&bus.SubmitReply{V: bus.Version, Status: bus.StatusFallback, AttemptID: a.AttemptID, HarnessID: d.HarnessID, Selection: &rec})
 		return
 	}
 	// The attempt the workers read is the normalised one (id, defaults),
@@ -87,10 +106,11 @@ func (r *Router) submit(m *nats.Msg, delegate string) {
 	ctx, cancel := context.WithTimeout(context.Background(), submitTimeout)
 	defer cancel()
 	acc, err := r.store.Accept(ctx, leases.AcceptArgs{
-		SessionKey: a.SessionKey, AttemptID: a.AttemptID, HarnessID: d.HarnessID, ReplyTo: a.ReplyTo,
+		SessionKey: a.SessionKey, AttemptID: a.AttemptID, Digest: digest, HarnessID: d.HarnessID, ReplyTo: a.ReplyTo,
 		QueueTimeout: a.QueueTimeout(), RunBudget: a.Timeout() + a.SettlementTimeout(), Reply: replyBody,
 	})
-	if errors.Is(err, leases.ErrAttemptIDTaken) {
+	if errors.Is(err, leases.ErrAttemptIDTaken) || errors.Is(err, leases.ErrAttemptReused) {
+		log().Info("submit refused: " + err.Error())
 		r.replySubmit(m, &bus.SubmitReply{V: bus.Version, Status: bus.StatusRejected, AttemptID: a.AttemptID, Error: teamster.AsError(err)})
 		return
 	}
@@ -100,19 +120,7 @@ func (r *Router) submit(m *nats.Msg, delegate string) {
 		return
 	}
 	if !acc.New {
-		// A resubmit: answer from the record. While it is still queued,
-		// publish again: a no-op inside JetStream's duplicate window, and a
-		// first submit whose publish failed cannot strand this caller.
-		if acc.State == leases.StateAccepted {
-			if _, err := bus.PublishAttemptBody(ctx, r.js, d.HarnessID, a.AttemptID, attemptBody, bus.DelegateHeader(delegate)); err != nil {
-				log().Warn("resubmit: publish again failed: " + err.Error())
-			}
-		}
-		if r.debug {
-			log().WithField("state", acc.State).Debug("resubmit answered from the record")
-		}
-		r.countSubmit(bus.StatusAccepted, nil)
-		r.respond(m, acc.Reply)
+		r.resubmitted(ctx, m, a, acc, delegate, log)
 		return
 	}
 	if _, err := bus.PublishAttemptBody(ctx, r.js, d.HarnessID, a.AttemptID, attemptBody, bus.DelegateHeader(delegate)); err != nil {
@@ -139,6 +147,57 @@ func (r *Router) submit(m *nats.Msg, delegate string) {
 	}
 	r.countSubmit(bus.StatusAccepted, nil)
 	r.respond(m, replyBody)
+}
+
+// answerKnown answers a submit that would be refused now from the record of
+// its attempt id, and reports whether it did: a resubmit of the accepted
+// attempt gets the accepted reply (and its message again while it is
+// queued); another attempt under the id is invalid_request. It answers
+// nothing (false) when the id has no record, or Redis cannot tell: the
+// refusal stands.
+func (r *Router) answerKnown(m *nats.Msg, a *bus.Attempt, digest, delegate string, log func() logrus.FieldLogger) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), submitTimeout)
+	defer cancel()
+	acc, err := r.store.Known(ctx, a.SessionKey, a.AttemptID, digest)
+	switch {
+	case errors.Is(err, leases.ErrNotFound):
+		return false
+	case errors.Is(err, leases.ErrAttemptReused):
+		log().Info("submit refused: " + err.Error())
+		r.replySubmit(m, &bus.SubmitReply{V: bus.Version, Status: bus.StatusRejected, AttemptID: a.AttemptID, Error: teamster.AsError(err)})
+		return true
+	case err != nil:
+		log().Warn("could not look up the attempt id; answering the refusal: " + err.Error())
+		return false
+	}
+	r.resubmitted(ctx, m, a, acc, delegate, log)
+	return true
+}
+
+// resubmitted answers a resubmit of an accepted attempt from its record.
+// While the attempt is still queued it publishes it again, to the harness it
+// was accepted for and with the replyTo it was accepted with, so the message
+// is byte for byte the one first published (the digest says the rest is the
+// same): a no-op inside JetStream's duplicate window, and after it a second
+// copy that the claim answers "done". A first submit whose publish failed
+// cannot strand this caller.
+func (r *Router) resubmitted(ctx context.Context, m *nats.Msg, a *bus.Attempt, acc leases.Accepted, delegate string, log func() logrus.FieldLogger) {
+	if acc.State == leases.StateAccepted {
+		recorded := *a
+		recorded.ReplyTo = acc.ReplyTo
+		body, err := bus.Encode(&recorded)
+		if err == nil {
+			_, err = bus.PublishAttemptBody(ctx, r.js, acc.HarnessID, a.AttemptID, body, bus.DelegateHeader(delegate))
+		}
+		if err != nil {
+			log().Warn("resubmit: publish again failed: " + err.Error())
+		}
+	}
+	if r.debug {
+		log().WithFields(logrus.Fields{"state": acc.State, "harness": acc.HarnessID}).Debug("resubmit answered from the record")
+	}
+	r.countSubmit(bus.StatusAccepted, nil)
+	r.respond(m, acc.Reply)
 }
 
 // attemptLog is the logger of one submit: the attempt, the session (hashed,

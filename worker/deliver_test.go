@@ -32,7 +32,7 @@ func TestDeliverSendsTheResultEventOnlyAsFirstMarker(t *testing.T) {
 			ReplyTo: replyTo, QueueTimeout: time.Minute, RunBudget: time.Minute, Reply: []byte(`{"v":1}`)}); err != nil {
 			t.Fatal(err)
 		}
-		l, res, err := keep.Claim(ctx, session, id)
+		l, res, err := keep.Claim(ctx, session, id, "codex")
 		if err != nil || res.Status != leases.Claimed {
 			t.Fatalf("claim %s: %v %+v", id, err, res)
 		}

@@ -181,7 +181,7 @@ func (w *Worker) handle(msg jetstream.Msg, harnessID string, h *hosted) {
 	log := func() logrus.FieldLogger { return w.attemptLog(a, harnessID) }
 	ctx, cancel := context.WithTimeout(w.runCtx, claimTimeout)
 	defer cancel()
-	lease, res, err := w.keep.Claim(ctx, a.SessionKey, a.AttemptID)
+	lease, res, err := w.keep.Claim(ctx, a.SessionKey, a.AttemptID, harnessID)
 	if err != nil {
 		log().Warn("claim failed; the attempt will be offered again: " + err.Error())
 		_ = msg.NakWithDelay(nakCap)
@@ -205,6 +205,13 @@ func (w *Worker) handle(msg jetstream.Msg, harnessID string, h *hosted) {
 		// queue_timeout is recorded. The reapers publish what is due (the
 		// claim pointed them at it).
 		_ = msg.Ack()
+	case leases.ClaimForeign:
+		// Not the attempt that was accepted: routers publish an attempt
+		// only to the harness it was accepted for, so this message is a
+		// stray (a router of another version, or a bug). The accepted
+		// attempt's own message runs it; this one is dropped.
+		_ = msg.Ack()
+		log().WithField("accepted_for", res.State).Error("dropping a message of an attempt accepted for another harness")
 	case leases.ClaimMissing:
 		_ = msg.Ack()
 		log().Error("no record of the attempt (Redis lost its data, or the router withdrew it): answering internal")

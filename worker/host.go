@@ -20,35 +20,63 @@ var errRunEnded = errors.New("the run has ended")
 
 // emit sends one event with the next seq. Seq numbers are gap-free: a seq is
 // used only once the lease has it reserved, and events are serialised so they
-// reach the wire in seq order.
+// reach the wire in seq order. Extending the reservation (a fenced round trip
+// every SeqReservation events, when renewals have not kept ahead) happens
+// outside the run's lock, on a context of its own: the run's context may
+// have ended (a cancel, the deadline) while the harness still reports what
+// it did, and those events must go out too.
 func (r *run) emit(eventType string, data any) error {
 	b, err := json.Marshal(data)
 	if err != nil {
 		return fmt.Errorf("event data: %w", err)
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.ended {
-		return errRunEnded
+	for {
+		if r.ended {
+			r.mu.Unlock()
+			return errRunEnded
+		}
+		seq := r.seq + 1
+		if r.lease.Reserved(seq) {
+			_ = r.lease.NoteSeq(r.ctx, seq) // reserved: no round trip
+			r.seq = seq
+			err := r.publishEvent(seq, eventType, b)
+			r.mu.Unlock()
+			if err != nil {
+				r.log().Debug("event not sent: " + err.Error())
+			}
+			return nil
+		}
+		if wait := r.reserving; wait != nil {
+			// Another emitter is extending the reservation.
+			r.mu.Unlock()
+			<-wait
+			r.mu.Lock()
+			continue
+		}
+		done := make(chan struct{})
+		r.reserving = done
+		r.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), r.w.cfg.LeaseTTL())
+		err := r.lease.NoteSeq(ctx, seq)
+		cancel()
+		r.mu.Lock()
+		r.reserving = nil
+		close(done)
+		if err != nil {
+			r.mu.Unlock()
+			return err
+		}
 	}
-	seq := r.seq + 1
-	if err := r.lease.NoteSeq(r.ctx, seq); err != nil {
-		return err
-	}
-	r.seq = seq
-	r.publishEvent(seq, eventType, b)
-	return nil
 }
 
 // publishEvent sends an event to replyTo; r.mu is held.
-func (r *run) publishEvent(seq int64, eventType string, data []byte) {
+func (r *run) publishEvent(seq int64, eventType string, data []byte) error {
 	if r.attempt.ReplyTo == "" {
-		return
+		return nil
 	}
-	if err := bus.SendEvent(r.w.nc, r.attempt.ReplyTo, &bus.Event{V: bus.Version, AttemptID: r.attempt.AttemptID,
-		Seq: seq, Type: eventType, Data: data}); err != nil {
-		r.log().Debug("event not sent: " + err.Error())
-	}
+	return bus.SendEvent(r.w.nc, r.attempt.ReplyTo, &bus.Event{V: bus.Version, AttemptID: r.attempt.AttemptID,
+		Seq: seq, Type: eventType, Data: data})
 }
 
 // subscribe serves the run's subjects (teamster.run.<attemptId>.inject and

@@ -35,11 +35,14 @@ type run struct {
 	started time.Time
 
 	// mu serialises events, so seq numbers reach the wire in order.
-	mu     sync.Mutex
-	seq    int64
-	ended  bool
-	usage  map[string]bool
-	tokens int64
+	mu    sync.Mutex
+	seq   int64
+	ended bool
+	// reserving is closed when an emitter's extension of the seq
+	// reservation, made outside mu, is done.
+	reserving chan struct{}
+	usage     map[string]bool
+	tokens    int64
 
 	subs []*nats.Subscription // teamster.run.<attemptId>.inject and .cancel
 	inj  injections
@@ -338,9 +341,9 @@ func (r *run) finish(res *bus.Result) {
 	r.mu.Unlock()
 	_ = r.lease.NoteSeq(ctx, next)
 
-	body, err := bus.Encode(res)
-	if err != nil {
-		r.log().Error(err.Error())
+	res, body := r.encodeResult(res)
+	if body == nil {
+		r.giveUp(ctx)
 		return
 	}
 	outcome := leases.Outcome{Code: leases.OutcomeOK, Result: body}
@@ -350,7 +353,7 @@ func (r *run) finish(res *bus.Result) {
 		outcome.Session = r.sessionUpdate(res)
 	}
 	var st leases.FinishStatus
-	err = retry.For(ctx, r.w.cfg.LeaseTTL(), func() error {
+	err := retry.For(ctx, r.w.cfg.LeaseTTL(), func() error {
 		var ferr error
 		st, ferr = r.lease.Finish(ctx, outcome)
 		if ferr != nil && !r.lease.Current() {
@@ -369,6 +372,36 @@ func (r *run) finish(res *bus.Result) {
 	default: // fenced or missing: the lease was lost before the commit
 		r.abandon(ctx, r.leaseLostResult("the lease was lost before the outcome could be committed ("+string(st)+")"))
 	}
+}
+
+// encodeResult encodes res. A result that cannot be encoded (a harness's
+// native session or runtime artifact that is not valid JSON, say) becomes
+// harness_failed, which always encodes: a turn never ends without a result,
+// and its lease is never left with the keeper, renewed for a run that has
+// ended. It returns a nil body only if even that fails.
+func (r *run) encodeResult(res *bus.Result) (*bus.Result, []byte) {
+	body, err := bus.Encode(res)
+	if err == nil {
+		return res, body
+	}
+	r.log().Error("the result could not be encoded; reporting harness_failed instead: " + err.Error())
+	res = r.errorResult(teamster.Errorf(teamster.CodeHarnessFailed, "the harness's result could not be encoded: %v", err))
+	if body, err = bus.Encode(res); err != nil {
+		r.log().Error("the harness_failed result could not be encoded either: " + err.Error())
+		return res, nil
+	}
+	return res, body
+}
+
+// giveUp ends a run that has no result to record: it releases the lease, so
+// that a reaper settles the attempt worker_lost (within a lease TTL, when it
+// next looks) or the session's next claim does, instead of the keeper
+// renewing the lease forever and holding the session's next turn.
+func (r *run) giveUp(ctx context.Context) {
+	if err := r.lease.Release(ctx); err != nil {
+		r.log().Warn("giving up the run: release the lease: " + err.Error())
+	}
+	r.endResult(nil, teamster.StatusError, false)
 }
 
 func (r *run) leaseLostResult(msg string) *bus.Result {
@@ -401,13 +434,13 @@ func (r *run) sessionUpdate(res *bus.Result) leases.SessionUpdate {
 // fleet recorded one first. Redis may be down: it retries for a while, and if
 // it never gets through, the reaper settles the attempt worker_lost later.
 func (r *run) abandon(ctx context.Context, res *bus.Result) {
-	body, err := bus.Encode(res)
-	if err != nil {
-		r.log().Error(err.Error())
+	res, body := r.encodeResult(res)
+	if body == nil {
+		r.giveUp(ctx)
 		return
 	}
 	var st leases.FinishStatus
-	err = retry.For(ctx, 2*time.Minute, func() error {
+	err := retry.For(ctx, 2*time.Minute, func() error {
 		var aerr error
 		st, aerr = r.lease.Abandon(ctx, string(res.Error.Code), body)
 		return aerr
@@ -430,20 +463,28 @@ func (r *run) abandon(ctx context.Context, res *bus.Result) {
 // then sends it to the submitter (DESIGN.md), and only when this worker's
 // mark was the first: a reaper that republished the outcome meanwhile (this
 // worker took longer than the reaper's grace, say through a NATS outage) has
-// sent the result event itself, and a submitter gets it once. If the durable
-// publish never succeeds, or the mark never gets through, the reaper
-// republishes the outcome from the record and sends it.
+// sent the result event itself, and a submitter gets it once. The mark opens
+// the worker's send window (leases.SendWindow): it sends the event within it
+// and confirms it, and a mark it never confirms (it died or stalled between
+// the mark and the event) is taken over by a reaper, which sends the event.
+// If the durable publish never succeeds, or the mark never gets through, the
+// reaper republishes the outcome from the record and sends it.
 func (r *run) deliver(ctx context.Context, body []byte, status teamster.Status) {
 	if !r.publishDurable(ctx, body) {
 		return
 	}
 	var marked leases.Marked
+	var markSent time.Time
 	err := retry.For(ctx, markBudget, func() error {
 		var merr error
+		markSent = time.Now()
 		// The claim's fence is this run's marker token: no other run has it.
 		marked, merr = r.w.store.MarkPublished(ctx, r.attempt.SessionKey, r.attempt.AttemptID, r.lease.Fence())
 		return merr
 	})
+	if h := r.w.hooks.Load(); h != nil && h.afterMark != nil {
+		h.afterMark(r.attempt.AttemptID)
+	}
 	switch {
 	case err != nil:
 		r.log().Warn("result not marked published; the reaper publishes it again and sends the result event: " + err.Error())
@@ -451,13 +492,38 @@ func (r *run) deliver(ctx context.Context, body []byte, status teamster.Status) 
 	case marked == leases.MarkedBefore:
 		r.log().Info("a reaper published the result first and sent the result event")
 		r.endResult(body, status, false)
-	default: // marked now, or the record is gone (no reaper will send it)
+	case marked == leases.MarkedGone:
+		// No record: no reaper will send it, and there is nothing to confirm.
 		r.endResult(body, status, true)
+	case time.Now().After(leases.SendBy(markSent)):
+		// Held up (a pause) past the mark's send-by time: a reaper takes the
+		// mark over and sends the event; sending it too would send it twice.
+		r.log().Warn("too late to send the result event under the mark; a reaper sends it")
+		r.endResult(body, status, false)
+	default:
+		if r.endResult(body, status, true) {
+			r.confirmSent(ctx)
+		}
 	}
 }
 
-// markBudget is how long a worker retries marking a published result. Any
-// length is safe (the first marker sends the result event); past it the
+// confirmSent tells the fleet that this worker sent the result event, so
+// that no reaper sends it again. One that never gets through leaves the mark
+// to a reaper, and the submitter may get the event twice (clients keep the
+// first).
+func (r *run) confirmSent(ctx context.Context) {
+	err := retry.For(ctx, markBudget, func() error {
+		_, err := r.w.store.ConfirmSent(ctx, r.attempt.SessionKey, r.attempt.AttemptID, r.lease.Fence())
+		return err
+	})
+	if err != nil {
+		r.log().Warn("the result event's sending not confirmed; a reaper sends it again: " + err.Error())
+	}
+}
+
+// markBudget is how long a worker retries marking a published result, and
+// confirming that it sent the result event. Any length is safe (the first
+// marker sends the result event, within its send window); past it the
 // reaper takes over.
 const markBudget = 10 * time.Second
 
@@ -490,24 +556,26 @@ func (r *run) publishDurable(ctx context.Context, body []byte) bool {
 
 // endResult counts the run as finished by this worker with status, drops
 // its subjects and, when send is set, sends the result event, the last event
-// of the run.
-func (r *run) endResult(body []byte, status teamster.Status, send bool) {
+// of the run. It reports whether it sent the event (a nil body counts and
+// sends nothing).
+func (r *run) endResult(body []byte, status teamster.Status, send bool) bool {
 	r.w.m.Finished.WithLabelValues(r.harnessID, string(status)).Inc()
 	r.w.m.RunDuration.WithLabelValues(r.harnessID).Observe(time.Since(r.started).Seconds())
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.ended {
-		return
+		return false
 	}
 	r.ended = true
 	// Unsubscribe first: the UNSUBs reach the server before the result
 	// event, so a cancel or inject sent by someone who saw the result finds
 	// no run (no_active_run) instead of a subscription about to go.
 	r.unsubscribeLocked()
-	if send {
-		r.seq++
-		r.publishEvent(r.seq, bus.EventResult, body)
+	if !send || body == nil {
+		return false
 	}
+	r.seq++
+	return r.publishEvent(r.seq, bus.EventResult, body) == nil
 }
 
 // publishOrphan answers an attempt that cannot be run and has no record.

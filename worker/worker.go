@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -113,7 +114,24 @@ type Worker struct {
 	drainEnded  chan struct{}
 	done        chan struct{}
 	doneOnce    sync.Once
+	stopOnce    sync.Once
 	killed      bool
+	// startCalled says Start was called: a drain before the worker is
+	// active leaves the clean-up to Start.
+	startCalled bool
+
+	// hooks are fault-injection points for tests (export_test.go); nil in
+	// production.
+	hooks atomic.Pointer[testHooks]
+}
+
+// testHooks are points where a test can act inside the worker's flow.
+type testHooks struct {
+	// afterMark runs after a run's mark published, before its result event.
+	afterMark func(attemptID string)
+	// beforeDrainWait runs in the drain, after fetching stopped, before it
+	// waits for the runs, a resume or the drain timeout.
+	beforeDrainWait func()
 }
 
 // New builds a worker from its config; Start runs it.
@@ -198,7 +216,26 @@ func (w *Worker) Done() <-chan struct{} { return w.done }
 // Start sets up the streams and consumers, loads the scripts, starts renewing
 // leases and heartbeating, and starts fetching. It returns once the worker is
 // active.
+//
+// A Start that fails leaves the worker stopped, with what it had set up
+// undone; a Drain while Start is setting up makes it return ErrStopped.
 func (w *Worker) Start(ctx context.Context) error {
+	w.mu.Lock()
+	if w.state != bus.WorkerStarting || w.startCalled {
+		st := w.state
+		w.mu.Unlock()
+		return fmt.Errorf("worker: cannot start a worker that is %s", st)
+	}
+	w.startCalled = true
+	w.mu.Unlock()
+	if err := w.start(ctx); err != nil {
+		w.stop()
+		return err
+	}
+	return nil
+}
+
+func (w *Worker) start(ctx context.Context) error {
 	// Create what is missing, change nothing that exists: the routers own
 	// the streams' configuration, and a worker's credentials cannot update
 	// it (deploy/compose/nats-accounts.conf).
@@ -226,7 +263,16 @@ func (w *Worker) Start(ctx context.Context) error {
 		return err
 	}
 	go w.dispatchRunMsgs()
-	w.setState(bus.WorkerActive)
+	w.mu.Lock()
+	if w.state != bus.WorkerStarting {
+		// Drained while starting: nothing was fetched; Start undoes what
+		// it set up.
+		w.mu.Unlock()
+		return ErrStopped
+	}
+	w.state = bus.WorkerActive
+	w.mu.Unlock()
+	w.m.SetState(bus.WorkerActive, allStates)
 	w.registry.start()
 	w.registry.kickNow() // advertise "active" now, not at the next heartbeat
 	w.startFetching()
@@ -345,17 +391,35 @@ func (w *Worker) InFlight() int {
 // ErrResumed is returned by Drain when the drain was undone by Resume.
 var ErrResumed = errors.New("drain undone by resume")
 
+// ErrStopped is returned by Start when the worker was drained before it
+// became active (or had stopped already).
+var ErrStopped = errors.New("worker: drained before it became active")
+
 // Drain stops fetching, lets running attempts finish for up to the drain
 // timeout (then cancels what remains with drain_timeout), leaves the registry
 // and stops. It returns nil when the worker has stopped, ErrResumed when a
-// Resume undid the drain first; ctx bounds the wait, not the drain.
+// Resume undid the drain first; ctx bounds the wait, not the drain. A worker
+// that is not active yet (Start not called, or not done) stops at once: it
+// has fetched nothing.
 func (w *Worker) Drain(ctx context.Context) error {
 	w.mu.Lock()
 	switch w.state {
 	case bus.WorkerStopped:
 		w.mu.Unlock()
 		return nil
-	case bus.WorkerActive, bus.WorkerStarting:
+	case bus.WorkerStarting:
+		w.state = bus.WorkerStopped
+		inStart := w.startCalled
+		w.mu.Unlock()
+		w.m.SetState(bus.WorkerStopped, allStates)
+		if !inStart {
+			// Never started: nothing but the harnesses to release. A Start
+			// in progress undoes its own set-up when it sees the state.
+			w.stop()
+		}
+		w.log.Info("drained before it became active: stopped")
+		return nil
+	case bus.WorkerActive:
 		w.state = bus.WorkerDraining
 		w.m.SetState(bus.WorkerDraining, allStates)
 		w.resumeDrain = make(chan struct{})
@@ -384,36 +448,56 @@ func (w *Worker) drain(resume <-chan struct{}, ended chan struct{}) {
 	w.log.WithField("running", w.InFlight()).Info("draining: stopped fetching; waiting for running attempts")
 	w.registry.kickNow()
 	w.stopFetching()
+	if h := w.hooks.Load(); h != nil && h.beforeDrainWait != nil {
+		h.beforeDrainWait()
+	}
 	idle := w.idle()
 	timer := time.NewTimer(w.cfg.DrainTimeout())
 	defer timer.Stop()
+	timedOut := false
 	select {
 	case <-idle:
-	case <-resume: // Resume set the state back to active
+	case <-resume:
+	case <-timer.C:
+		timedOut = true
+	}
+	// Decide under the lock, whatever woke the drain: a Resume that got in
+	// (it set the state back to active and returned nil to its caller) wins
+	// even when the last run ended at the same moment; from here on a
+	// Resume is too late.
+	w.mu.Lock()
+	resumed := w.state == bus.WorkerActive
+	if !resumed {
+		w.resumeDrain = nil
+	}
+	w.mu.Unlock()
+	if resumed {
 		w.startFetching()
 		w.registry.kickNow()
 		w.log.Info("drain undone: fetching again")
 		return
-	case <-timer.C:
-		w.mu.Lock()
-		w.resumeDrain = nil // too late to resume
-		w.mu.Unlock()
+	}
+	if timedOut {
 		w.log.WithField("running", w.InFlight()).Warn("drain timeout: cancelling the remaining attempts with drain_timeout")
 		w.cancelRuns(teamster.Errorf(teamster.CodeDrainTimeout, "the worker's drain timeout (%s) ended the attempt", w.cfg.DrainTimeout()))
-		<-idle
 	}
+	<-idle
 	w.stop()
 	w.log.Info("drained and stopped")
 }
 
 // stop ends the worker after its runs have ended: stop renewing (every lease
 // was released by its finish), leave the registry, stop answering control.
-func (w *Worker) stop() {
+func (w *Worker) stop() { w.stopOnce.Do(w.stopNow) }
+
+func (w *Worker) stopNow() {
 	w.closeHarnesses()
 	w.keep.Stop()
 	w.setState(bus.WorkerStopped)
-	w.registry.stop()
-	w.registry.remove(context.Background())
+	if w.registry != nil {
+		w.registry.stop()
+		w.registry.remove(context.Background())
+	}
 	w.unsubscribeControl()
 	w.doneOnce.Do(func() { close(w.done) })
 	w.claimers.Close()

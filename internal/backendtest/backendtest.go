@@ -7,8 +7,9 @@ package backendtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
-	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -57,10 +58,12 @@ func Start(t testing.TB) *Backends {
 	return &Backends{NC: nc, JS: js, Store: store, Log: log, lost: lost}
 }
 
-// LoseNextMarkReply makes the next mark published (the pipeline that holds
-// the reaper index's ZREM with the script) run in Redis and then fail with an
-// error, as a connection cut after the command ran would. The function it
-// returns reports whether a reply was lost since.
+// LoseNextMarkReply makes the next mark published run in Redis and then fail
+// with an error, as a connection cut after the command ran would. The
+// function it returns reports whether a reply was lost since. A mark is
+// recognised by its shape: a pipeline of one EVALSHA of one attempt record
+// key and one argument (the marker token); the sent confirmation has the
+// same script shape but goes with the reaper index's ZREM.
 func (b *Backends) LoseNextMarkReply() (lost func() bool) {
 	b.lost.fired.Store(false)
 	b.lost.armed.Store(true)
@@ -79,7 +82,7 @@ func (h *loseMarkReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook { 
 func (h *loseMarkReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := next(ctx, cmds)
-		if err != nil || !slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Name() == "zrem" }) || !h.armed.CompareAndSwap(true, false) {
+		if err != nil || !isMark(cmds) || !h.armed.CompareAndSwap(true, false) {
 			return err
 		}
 		h.fired.Store(true)
@@ -88,6 +91,30 @@ func (h *loseMarkReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 			c.SetErr(lost)
 		}
 		return lost
+	}
+}
+
+func isMark(cmds []redis.Cmder) bool {
+	if len(cmds) != 1 || cmds[0].Name() != "evalsha" {
+		return false
+	}
+	args := cmds[0].Args()
+	key, _ := args[3].(string)
+	return len(args) == 5 && fmt.Sprint(args[2]) == "1" && strings.Contains(key, ":attempt:")
+}
+
+// AgeMark moves the time of an attempt's mark published back by d, as if the
+// mark had been made d earlier: how a test lets a send window pass without
+// waiting for it.
+func (b *Backends) AgeMark(t testing.TB, sessionKey, attemptID string, d time.Duration) {
+	t.Helper()
+	key := "teamster:{" + leases.Tag(sessionKey) + "}:attempt:" + attemptID
+	at, err := b.Store.Client().HGet(context.Background(), key, "pubat").Int64()
+	if err != nil {
+		t.Fatalf("age the mark of %s: %v", attemptID, err)
+	}
+	if err := b.Store.Client().HSet(context.Background(), key, "pubat", at-d.Milliseconds()).Err(); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -21,6 +21,7 @@ type Router struct {
 	Submitted *prometheus.CounterVec // by status: accepted, fallback, rejected
 	Rejected  *prometheus.CounterVec // by code
 	Reaped    *prometheus.CounterVec // by outcome
+	Resent    prometheus.Counter     // result events sent for a marker that did not confirm sending
 	Injected  *prometheus.CounterVec // inject requests routed, by outcome
 }
 
@@ -34,6 +35,8 @@ func NewRouter(reg prometheus.Registerer) *Router {
 			Help: "Submits rejected, by error code."}, []string{"code"}),
 		Reaped: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: "router", Name: "attempts_reaped_total",
 			Help: "Results the reaper published, by outcome (queue_timeout, worker_lost, or a worker's outcome republished)."}, []string{"outcome"}),
+		Resent: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Subsystem: "router", Name: "result_events_resent_total",
+			Help: "Result events the reaper sent because their marker (a worker or another reaper) did not confirm sending them within the send window: it died or stalled after publishing the result."}),
 		Injected: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: "router", Name: "injections_total",
 			Help: "Inject requests the router routed, by outcome (accepted or an error code)."}, []string{"outcome"}),
 	}
