@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/teamster-fleet/teamster/internal/redisproc"
 )
 
 // binaries are the programs a fleet runs, built once per suite run.
@@ -181,15 +182,10 @@ func (p *proc) kill() error {
 	return err
 }
 
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// freePort returns a loopback TCP port that was free a moment ago, outside
+// the kernel's ephemeral range (redisproc.FreePort), so that no outgoing
+// connection takes it before the process given it binds it.
+func freePort() (int, error) { return redisproc.FreePort() }
 
 // natsServer is a real nats-server process with JetStream on a file store.
 // A restart keeps its port and its store, as a restarted production server

@@ -7,11 +7,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -185,14 +187,71 @@ func (r *Redis) Flush(ctx context.Context) error {
 	return c.FlushAll(ctx).Err()
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago, for
+// a server this process is about to start. It picks one below the kernel's
+// ephemeral range (net.ipv4.ip_local_port_range), where the kernel never
+// puts the local end of an outgoing connection: a port from Listen(":0")
+// comes from that range, and in a make chaos run (2026-12-01) an outgoing
+// connection took one between the probe and the server's bind ("address
+// already in use"). It never hands out the same port twice in one process.
+// Where the range leaves no room below it, it falls back to Listen(":0").
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	if lo, hi := belowEphemeral(); hi > lo {
+		for try := 0; try < 200; try++ {
+			port := lo + rand.IntN(hi-lo)
+			if handedOut[port] {
+				continue
+			}
+			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+			if err != nil {
+				continue
+			}
+			l.Close()
+			handedOut[port] = true
+			return port, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !handedOut[port] {
+			handedOut[port] = true
+			return port, nil
+		}
+	}
+}
+
+var (
+	portsMu   sync.Mutex
+	handedOut = map[int]bool{}
+)
+
+// lowestPort is the bottom of the range FreePort picks from: above the
+// well-known and the usual registered service ports.
+const lowestPort = 20000
+
+// belowEphemeral is the range [lo, hi) of ports from lowestPort up to the
+// start of the kernel's ephemeral range; empty when it cannot be read.
+func belowEphemeral() (lo, hi int) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 1 {
+		return 0, 0
+	}
+	first, err := strconv.Atoi(f[0])
+	if err != nil || first <= lowestPort+1000 {
+		return 0, 0
+	}
+	return lowestPort, first
 }
 
 func tail(b []byte, n int) string {
