@@ -175,14 +175,16 @@ func connSetup(cmd redis.Cmder) bool {
 
 // scriptByKeys names teamster's scripts (leases/scripts.go) by the kinds of
 // the keys they are called with. (unaccept shares accept's layout; it runs
-// only when a publish fails, which the report would show as errors.)
+// only when a publish fails, which the report would show as errors. The mark
+// published and its sent confirmation share one layout, a record key alone:
+// one kind, about two per result.)
 var scriptByKeys = map[string]string{
 	"attempt,order":                     "accept",
 	"order,attempt,lease,fence,session": "claim",
 	"lease,attempt":                     "renew",
 	"order,attempt,lease,session":       "finish",
 	"order,attempt,lease":               "abandon",
-	"attempt":                           "markPublished",
+	"attempt":                           "mark+sent",
 	"lease":                             "release",
 	"lease,session":                     "writeSession",
 	"fence":                             "epoch",
