@@ -1,5 +1,5 @@
 // Package teamster holds what every part of the fleet shares: the error type
-// whose codes travel on the wire (DESIGN.md, "Error codes").
+// whose codes travel on the wire (docs/PROTOCOL.md, "Error codes").
 //
 // The daemons live in router/ and worker/, the wire contract in bus/, the Redis
 // scripts in leases/; see docs/ARCHITECTURE.md for the map.
@@ -14,7 +14,7 @@ import (
 // Code is one of the error codes of the wire contract.
 type Code string
 
-// The codes of DESIGN.md. A reply or result carries exactly one.
+// The codes of docs/PROTOCOL.md. A reply or result carries exactly one.
 const (
 	CodeInvalidRequest          Code = "invalid_request"
 	CodePayloadTooLarge         Code = "payload_too_large"
@@ -52,7 +52,7 @@ func (c Code) Valid() bool { return knownCodes[c] }
 // Status is the status of a terminal result.
 type Status string
 
-// Result statuses (DESIGN.md, "Result").
+// Result statuses (docs/PROTOCOL.md, "Error codes").
 const (
 	StatusOK        Status = "ok"
 	StatusError     Status = "error"

@@ -33,7 +33,7 @@ var sentinels = map[Code]*Error{
 }
 
 func TestCodesOfTheContract(t *testing.T) {
-	// The wire spelling of every code, as DESIGN.md lists them.
+	// The wire spelling of every code, as docs/PROTOCOL.md lists them.
 	want := []string{
 		"invalid_request", "payload_too_large", "harness_not_registered", "harness_unsupported_route",
 		"delegation_denied", "owner_only", "session_busy", "no_active_run", "injection_requires_v2",

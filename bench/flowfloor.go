@@ -16,7 +16,7 @@ import (
 	"github.com/teamster-fleet/teamster/bus"
 )
 
-// The flow floor is what DESIGN.md's flow of one attempt costs on this
+// The flow floor is what docs/PROTOCOL.md's flow of one attempt costs on this
 // machine when nothing else is done: its messages, sent by a router and two
 // workers made of nothing else. No envelope is decoded or validated, nothing
 // is selected, leased, logged or counted; the payloads are the bytes of one
@@ -368,7 +368,7 @@ func measureFlowFloor(ctx context.Context, f *fleet, p *flowPayloads, sessions i
 	}
 	rate := float64(completed) / w.elapsed.Seconds()
 	progress("flow floor (%s): %.0f flows/s", what, rate)
-	note := fmt.Sprintf("DESIGN.md's flow of one attempt with none of teamster's work (bench/flowfloor.go); %d flows in %s", completed, w.elapsed.Round(time.Millisecond))
+	note := fmt.Sprintf("docs/PROTOCOL.md's flow of one attempt with none of teamster's work (bench/flowfloor.go); %d flows in %s", completed, w.elapsed.Round(time.Millisecond))
 	if completed > 0 {
 		cpu, rcpu := w.perOp()
 		note = fmt.Sprintf("CPU per flow: %s in this process + %s redis-server; ", cpu, rcpu) + note

@@ -23,7 +23,7 @@ import (
 
 // measureResultsMemory answers a sizing question no goal asks: what one
 // retained result costs nats-server. TEAMSTER_RESULTS keeps one subject per
-// attempt for 24 h (DESIGN.md), and the server keeps state per subject, so
+// attempt for 24 h (docs/PROTOCOL.md), and the server keeps state per subject, so
 // its memory grows with attempts/s × 24 h. The scenario runs a real
 // nats-server binary (its own process, so nothing else shares its heap),
 // creates TEAMSTER_RESULTS as routers do, publishes n echo results, one per

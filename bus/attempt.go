@@ -11,7 +11,7 @@ import (
 	"github.com/teamster-fleet/teamster/selection"
 )
 
-// Defaults and bounds of an attempt's timeouts (DESIGN.md, "Envelopes").
+// Defaults and bounds of an attempt's timeouts (docs/PROTOCOL.md, "Envelopes").
 const (
 	DefaultTimeoutMs           = 600_000
 	DefaultSettlementTimeoutMs = 30_000

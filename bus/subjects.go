@@ -11,7 +11,7 @@ import (
 	"github.com/teamster-fleet/teamster"
 )
 
-// idPattern is the identifier rule of DESIGN.md: what may become one subject
+// idPattern is the identifier rule of docs/PROTOCOL.md: what may become one subject
 // token. It excludes '.', '*', '>', whitespace and the empty string.
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
 

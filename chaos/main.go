@@ -6,7 +6,7 @@
 // every step, end) in one ledger file — drives load through the client
 // package, injects one fault (kill -9, SIGSTOP, a Redis or NATS restart, a
 // partition through a TCP proxy the suite controls, a rolling drain), and
-// then checks DESIGN.md's guarantees against the ledger and every result:
+// then checks docs/PROTOCOL.md's guarantees against the ledger and every result:
 //
 //   - exactly one terminal result per accepted attempt: every result event
 //     on its replyTo, the client Handle's result and the durable result

@@ -206,7 +206,7 @@ func startNATS(ctx context.Context, bin, dir string) (*natsServer, error) {
 	if err := os.MkdirAll(store, 0o755); err != nil {
 		return nil, err
 	}
-	// max_payload 8 MiB as teamster's servers run (DESIGN.md, "Subjects"),
+	// max_payload 8 MiB as teamster's servers run (docs/PROTOCOL.md, "Subjects"),
 	// so the router, not the bus, refuses oversized bodies.
 	conf := filepath.Join(dir, "nats.conf")
 	body := "server_name: chaos\nmax_payload: 8MB\n"

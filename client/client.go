@@ -320,7 +320,7 @@ func (h *Handle) onEvent(m *nats.Msg) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.finished || (h.Reply != nil && e.AttemptID != h.Reply.AttemptID) {
-		// Events after the result are ignored (DESIGN.md).
+		// Events after the result are ignored (docs/PROTOCOL.md).
 		return
 	}
 	if r != nil {

@@ -10,7 +10,7 @@ import (
 // example a voice transport continuing a locked session) on
 // teamster.submit.delegate.<pluginId>. The delegate's identity is that
 // subject; NATS permissions keep a delegate on its own subject. The attempt
-// must carry the session's exact stored facts (DESIGN.md, "Delegated
+// must carry the session's exact stored facts (docs/PROTOCOL.md, "Delegated
 // execution"); otherwise the reply is delegation_denied naming the field.
 func (c *Client) SubmitAsDelegate(ctx context.Context, pluginID string, a *bus.Attempt) (*Handle, error) {
 	subj, err := bus.SubmitDelegateSubject(pluginID)

@@ -19,7 +19,7 @@ type verdict struct {
 }
 
 type checkCase struct {
-	rule     string // the rule of DESIGN.md "Delegated execution" the case checks
+	rule     string // the rule of docs/PROTOCOL.md "Delegated execution" the case checks
 	req      func(*Request)
 	rec      func(*Record) *Record // returns the record to use (nil: missing)
 	manifest func(*selection.Manifest)

@@ -1,6 +1,6 @@
 // Package delegation decides whether a delegate may run an attempt of a
 // session it does not own, and refuses delegates the owner-only session
-// operations (DESIGN.md, "Delegated execution"; OpenClaw's "Delegated
+// operations (docs/PROTOCOL.md, "Delegated execution"; OpenClaw's "Delegated
 // execution" of agent-harness plugins).
 //
 // It is pure: no I/O, no clock, no NATS or Redis. It imports only the standard

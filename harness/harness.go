@@ -31,7 +31,7 @@ type Harness interface {
 }
 
 // Host is what a running attempt reaches the gateway through: events on the
-// attempt's reply subject, and the host callbacks of DESIGN.md.
+// attempt's reply subject, and the host callbacks of docs/PROTOCOL.md.
 type Host interface {
 	// Emit sends an event (partial, agent, tool) to the submitter; data is
 	// encoded as JSON.

@@ -1,4 +1,4 @@
-// Package injection is active-run injection (DESIGN.md, "Injection"): the
+// Package injection is active-run injection (docs/PROTOCOL.md, "Injection"): the
 // authority kinds, the V1 and V2 handle types a harness's active run
 // implements, and the host-owned assertion that V2 handles call immediately
 // before they mutate their queue or dispatch. It also holds what a harness

@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// Key layout (DESIGN.md, "Redis keys"). Every key of one session carries the
+// Key layout (docs/PROTOCOL.md, "Redis keys"). Every key of one session carries the
 // hash tag {s}, s = hex of the first 12 bytes of sha256(sessionKey), so every
 // session script touches one hash slot. The raw session key is stored inside
 // the records, never in a key name or a log line.

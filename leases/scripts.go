@@ -332,7 +332,7 @@ return 1
 // results stream holds it now, and only a republish (of an outcome not yet
 // marked) reads it from the record. The record keeps what answers a
 // resubmit for the rest of its retention, whatever the result's size.
-// First marker wins: whoever marks it sends the result event (DESIGN.md:
+// First marker wins: whoever marks it sends the result event (docs/PROTOCOL.md:
 // published, marked, and only then sent), so a worker and a reaper that
 // both published the outcome never both send it. The mark is the marker's
 // token, so a marker retrying after a lost reply is still the first. The

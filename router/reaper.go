@@ -144,7 +144,7 @@ func (rp *reaper) publish(ctx context.Context, log logrus.FieldLogger, e leases.
 		log.WithFields(logrus.Fields{"outcome": res.Outcome, "worker": res.WorkerID}).Info("reaper published the attempt's result")
 		rp.m.Reaped.WithLabelValues(res.Outcome).Inc()
 	}
-	// Published, marked, and only then sent (DESIGN.md), by the first to
+	// Published, marked, and only then sent (docs/PROTOCOL.md), by the first to
 	// mark it: the worker, or another reaper, may have published the same
 	// outcome meanwhile and sent its result event.
 	// A mark whose reply was lost may have been made: it is tried again

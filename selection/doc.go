@@ -1,5 +1,5 @@
 // Package selection chooses the agent harness that runs one prepared attempt,
-// and writes down why (DESIGN.md, "Selection"). It is pure: it reads the
+// and writes down why (docs/PROTOCOL.md, "Selection"). It is pure: it reads the
 // runtime policy from an OpenClaw-format JSON config (ParsePolicy, LoadPolicy),
 // and Select turns a policy, the facts of one attempt and the manifests of
 // the registered harnesses into a Decision with its debug Record. It does no

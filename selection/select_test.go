@@ -17,7 +17,7 @@ type outcome struct {
 }
 
 type selectCase struct {
-	rule       string // the rule of DESIGN.md "Selection" the case checks
+	rule       string // the rule of docs/PROTOCOL.md "Selection" the case checks
 	config     string // OpenClaw-format policy; "" is no policy
 	facts      Facts
 	registered []Manifest

@@ -13,7 +13,7 @@ import (
 	"github.com/teamster-fleet/teamster/selection"
 )
 
-// Config is a worker's configuration file (DESIGN.md, "Running it").
+// Config is a worker's configuration file (docs/PROTOCOL.md, "Running it").
 type Config struct {
 	// WorkerID names the worker in leases, the registry and its control
 	// subject; default a generated id.

@@ -5,7 +5,7 @@ import (
 )
 
 // DevConfig is the sample fleet of `teamster dev` and the tests: the scripted
-// harness hosted under the ids of DESIGN.md's sample config, "codex" (V2
+// harness hosted under the ids of docs/PROTOCOL.md's sample config, "codex" (V2
 // injection, auto-selected for openai routes that declare it, voice-call may
 // continue its sessions) and "claude-cli" (V1, for anthropic).
 func DevConfig(workerID string, slots int) *Config {

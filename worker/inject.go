@@ -15,7 +15,7 @@ import (
 	"github.com/teamster-fleet/teamster/selection"
 )
 
-// Injection on a worker (DESIGN.md, "Injection"). A run serves
+// Injection on a worker (docs/PROTOCOL.md, "Injection"). A run serves
 // teamster.run.<attemptId>.inject while it runs. Each request becomes one
 // item: the worker checks what it can before touching the harness
 // (source-bound input to a V1-only harness, a run that ended, a lease that is

@@ -460,7 +460,7 @@ func (r *run) abandon(ctx context.Context, res *bus.Result) {
 }
 
 // deliver publishes a recorded outcome durably, marks it published, and only
-// then sends it to the submitter (DESIGN.md), and only when this worker's
+// then sends it to the submitter (docs/PROTOCOL.md), and only when this worker's
 // mark was the first: a reaper that republished the outcome meanwhile (this
 // worker took longer than the reaper's grace, say through a NATS outage) has
 // sent the result event itself, and a submitter gets it once. The mark opens

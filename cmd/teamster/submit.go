@@ -27,7 +27,7 @@ func submitCmd(common *cmdutil.Common) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "submit -f attempt.json [--follow]",
 		Short: "Submit a prepared attempt",
-		Long: `submit sends a prepared attempt (a JSON file in the envelope of DESIGN.md; "-"
+		Long: `submit sends a prepared attempt (a JSON file in the envelope of docs/PROTOCOL.md; "-"
 reads standard input) to teamster.submit and prints the router's reply: the
 attempt id and the harness selection. With --follow it then streams the
 attempt's events (a progress line on a terminal) and prints its result.

@@ -465,7 +465,7 @@ func TestComposeDaemons(t *testing.T) {
 			t.Errorf("%s and %s share workerId %q", prev, name, cfg.WorkerID)
 		}
 		seen[cfg.WorkerID] = name
-		// DESIGN.md: workers that host one id advertise the same manifest.
+		// docs/PROTOCOL.md: workers that host one id advertise the same manifest.
 		for _, h := range cfg.Harnesses {
 			m, ok := manifests[h.ID]
 			if !ok {

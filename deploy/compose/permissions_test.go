@@ -27,7 +27,7 @@ func allowQueue(subject, queue string) rule {
 func denyQueue(subject, queue string) rule { return rule{subject: subject, queue: queue} }
 
 // TestPrincipalPermissions checks each principal of the shipped
-// nats-accounts.conf against what DESIGN.md lets its role do.
+// nats-accounts.conf against what docs/PROTOCOL.md lets its role do.
 func TestPrincipalPermissions(t *testing.T) {
 	s := startShipped(t)
 	cases := []struct {

@@ -1,5 +1,5 @@
 // Package scripted is teamster's built-in harness: the one demos, tests and
-// benchmarks drive (DESIGN.md, "Local fleet and tests").
+// benchmarks drive (docs/PROTOCOL.md, "Local fleet and tests").
 //
 // A prompt that starts with {"script": (after leading whitespace) is a JSON
 // object {"script": [steps...]} whose steps are played in order; any other

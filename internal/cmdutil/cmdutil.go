@@ -22,7 +22,7 @@ import (
 	"github.com/teamster-fleet/teamster/leases"
 )
 
-// Environment variables and their defaults (DESIGN.md, "Running it").
+// Environment variables and their defaults (docs/PROTOCOL.md, "Running it").
 const (
 	EnvNATSURL       = "TEAMSTER_NATS_URL"
 	EnvRedisURL      = "TEAMSTER_REDIS_URL"

@@ -24,9 +24,9 @@ import (
 	"github.com/teamster-fleet/teamster/selection"
 )
 
-// Hostile input (DESIGN.md guarantee 7: "a malformed or unauthorised request
-// gets a typed error reply and changes no state; the fleet keeps serving
-// everyone else"). A catalogue of raw requests on every subject that takes
+// Hostile input (docs/PROTOCOL.md guarantee 7: a malformed or unauthorised
+// request is answered with a typed error and changes no state; everyone else
+// keeps being served). A catalogue of raw requests on every subject that takes
 // input, each with the reply it must get, sent to a fleet that has a
 // finished, locked session, two running turns (a V2 and a V1 harness) and
 // granted and revoked sources to aim at. Around every request the test

@@ -46,7 +46,7 @@ function fleetPin(pin, cfg, runtime) {
 
 /**
  * buildAttempt maps OpenClaw's attempt params onto teamster's prepared
- * attempt (DESIGN.md, "Envelopes"). opts: {attemptId, replyTo, hostId, tools}.
+ * attempt (docs/PROTOCOL.md, "Envelopes"). opts: {attemptId, replyTo, hostId, tools}.
  * Secrets never travel: only the auth profile's id (authProfileRef).
  */
 export function buildAttempt(params, cfg, opts) {

@@ -1,5 +1,5 @@
 // Host callbacks: the worker running an attempt calls back into the gateway
-// that submitted it, on teamster.host.<hostId>.<attemptId>.<call> (DESIGN.md,
+// that submitted it, on teamster.host.<hostId>.<attemptId>.<call> (docs/PROTOCOL.md,
 // "Envelopes"). This answers them from OpenClaw's tool surface for the turn.
 
 import { TeamsterError, VERSION, decode } from "./wire.js";

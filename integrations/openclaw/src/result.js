@@ -35,7 +35,7 @@ export function describeError(err, attemptId) {
 
 /**
  * terminalFor maps a teamster error to OpenClaw's attempt terminal.
- * status follows the code (DESIGN.md): timeout for deadline_exceeded and
+ * status follows the code (docs/PROTOCOL.md): timeout for deadline_exceeded and
  * queue_timeout, cancelled for cancelled and drain_timeout, error otherwise.
  * externalAbort says OpenClaw itself aborted the turn (abortSignal).
  */

@@ -1,5 +1,5 @@
 // supports(): can the fleet run this prepared route? Pure, answered from the
-// route facts and a snapshot of the fleet's registry (DESIGN.md, "Selection").
+// route facts and a snapshot of the fleet's registry (docs/PROTOCOL.md, "Selection").
 
 import { routeFacts } from "./attempt.js";
 

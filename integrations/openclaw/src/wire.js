@@ -1,9 +1,9 @@
-// The teamster wire contract as this plugin speaks it (DESIGN.md, "Subjects",
+// The teamster wire contract as this plugin speaks it (docs/PROTOCOL.md, "Subjects",
 // "Envelopes", "Error codes"). Pure: no I/O.
 
 export const VERSION = 1;
 
-/** Identifiers used in subjects (DESIGN.md, "Subjects"). */
+/** Identifiers used in subjects (docs/PROTOCOL.md, "Subjects"). */
 export const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
 
 export const SUBJECT_SUBMIT = "teamster.submit";
@@ -11,12 +11,12 @@ export const SUBJECT_INJECT = "teamster.inject";
 export const STREAM_RESULTS = "TEAMSTER_RESULTS";
 export const BUCKET_WORKERS = "TEAMSTER_WORKERS";
 
-/** Bounds of an attempt's timeouts (DESIGN.md, "Envelopes"). */
+/** Bounds of an attempt's timeouts (docs/PROTOCOL.md, "Envelopes"). */
 export const MAX_TIMEOUT_MS = 86_400_000;
 export const MAX_SETTLEMENT_TIMEOUT_MS = 3_600_000;
 export const MAX_BODY = 1 << 20;
 
-/** Every error code of DESIGN.md, with the result status it implies. */
+/** Every error code of docs/PROTOCOL.md, with the result status it implies. */
 export const ERROR_CODES = Object.freeze([
   "invalid_request",
   "payload_too_large",
@@ -46,7 +46,7 @@ export function isErrorCode(code) {
   return KNOWN_CODES.has(code);
 }
 
-/** The status a result carrying code has (DESIGN.md, "Error codes"). */
+/** The status a result carrying code has (docs/PROTOCOL.md, "Error codes"). */
 export function resultStatusFor(code) {
   switch (code) {
     case "deadline_exceeded":
