@@ -231,20 +231,14 @@ func (s *Store) Accept(ctx context.Context, a AcceptArgs) (Accepted, error) {
 // fleet's view changed since. ErrNotFound when the id has no record under
 // the session; ErrAttemptReused when its record holds another attempt.
 func (s *Store) Known(ctx context.Context, sessionKey, attemptID, digest string) (Accepted, error) {
-	k := keysFor(sessionKey)
-	r, err := s.rdb.HMGet(ctx, k.attempt(attemptID), "digest", "state", "reply", "deadline", "harness", "replyTo").Result()
+	rec, err := s.Attempt(ctx, sessionKey, attemptID)
 	if err != nil {
-		return Accepted{}, fmt.Errorf("read the attempt record: %w", err)
+		return Accepted{}, err
 	}
-	str := func(i int) string { v, _ := r[i].(string); return v }
-	if r[1] == nil {
-		return Accepted{}, ErrNotFound
-	}
-	if str(0) != digest {
+	if rec.Digest != digest {
 		return Accepted{}, ErrAttemptReused
 	}
-	deadline, _ := strconv.ParseInt(str(3), 10, 64)
-	return Accepted{State: str(1), Reply: []byte(str(2)), Deadline: time.UnixMilli(deadline), HarnessID: str(4), ReplyTo: str(5)}, nil
+	return Accepted{State: rec.State, Reply: rec.Reply, Deadline: rec.Deadline, HarnessID: rec.HarnessID, ReplyTo: rec.ReplyTo}, nil
 }
 
 // ErrAttemptIDTaken says an attempt id is already used under another
@@ -352,7 +346,9 @@ func (s *Store) confirmSent(ctx context.Context, tag, attemptID, by string) (boo
 
 // AttemptRecord is an attempt's record as stored.
 type AttemptRecord struct {
-	State     string
+	State string
+	// Digest is the attempt's digest (bus.AttemptDigest), the id's binding.
+	Digest    string
 	HarnessID string
 	ReplyTo   string
 	Reply     []byte
@@ -386,7 +382,7 @@ func (s *Store) attemptByTag(ctx context.Context, tag, attemptID string) (*Attem
 	deadline, _ := strconv.ParseInt(m["deadline"], 10, 64)
 	seq, _ := strconv.ParseInt(m["seqmax"], 10, 64)
 	return &AttemptRecord{
-		State: m["state"], HarnessID: m["harness"], ReplyTo: m["replyTo"], Reply: []byte(m["reply"]),
+		State: m["state"], Digest: m["digest"], HarnessID: m["harness"], ReplyTo: m["replyTo"], Reply: []byte(m["reply"]),
 		Deadline: time.UnixMilli(deadline), WorkerID: m["worker"], Fence: m["fence"], SeqMax: seq,
 		Outcome: m["outcome"], Result: []byte(m["result"]), Published: m["published"] != "", Sent: m["sent"] != "",
 	}, nil

@@ -107,6 +107,9 @@ func (rp *reaper) reap(ctx context.Context, e leases.DueEntry) {
 	// publishes, or the mark it takes over from a marker that never
 	// confirmed sending.
 	by := leases.MarkerToken()
+	// A mark the reap takes over starts its window in Redis while the script
+	// runs, after this: the send-by time counts from here, never later.
+	sent := time.Now()
 	res, err := rp.store.Reap(ctx, e, publishGrace, by)
 	if err != nil {
 		log.Warn("reaper: " + err.Error())
@@ -116,7 +119,7 @@ func (rp *reaper) reap(ctx context.Context, e leases.DueEntry) {
 	case leases.ReapPublish:
 		rp.publish(ctx, log, e, res, by)
 	case leases.ReapResend:
-		rp.resend(ctx, log, e, res, by)
+		rp.resend(ctx, log, e, res, sent, by)
 	}
 }
 
@@ -173,11 +176,10 @@ func (rp *reaper) publish(ctx context.Context, log logrus.FieldLogger, e leases.
 
 // resend sends the result event of an outcome whose marker did not confirm
 // sending it within its send window (it died, or stalled, between its mark
-// and the event): the reaper holds the mark now, and sends the durable
-// result. The submitter may get the event twice, if the marker sent it and
+// and the event): the reaper holds the mark now (taken over by the reap
+// sent at markSent), and sends the durable result. The submitter may get the event twice, if the marker sent it and
 // then stalled before confirming; clients keep the first result event.
-func (rp *reaper) resend(ctx context.Context, log logrus.FieldLogger, e leases.DueEntry, res leases.Reaped, by string) {
-	markSent := time.Now()
+func (rp *reaper) resend(ctx context.Context, log logrus.FieldLogger, e leases.DueEntry, res leases.Reaped, markSent time.Time, by string) {
 	if res.ReplyTo == "" {
 		rp.confirm(ctx, log, e, by)
 		return

@@ -33,6 +33,24 @@ func shortDuplicateWindow(t *testing.T, f *fleettest.Fleet, d time.Duration) jet
 	return js
 }
 
+// pendingOn is the number of messages waiting on harness's attempt subject.
+func pendingOn(t *testing.T, js jetstream.JetStream, harness string) uint64 {
+	t.Helper()
+	subj, err := bus.AttemptSubject(harness)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(context.Background(), bus.StreamAttempts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(context.Background(), jetstream.WithSubjectFilter(subj))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Subjects[subj]
+}
+
 // runsOf counts the ledger's run starts of attempt, by worker fence.
 func runsOf(l *scripted.MemoryLedger, attempt string) int {
 	n := 0
@@ -47,9 +65,10 @@ func runsOf(l *scripted.MemoryLedger, attempt string) int {
 // An attempt id is bound to the attempt first accepted under it. Queued
 // behind a long turn past JetStream's duplicate window, a resubmit with the
 // same id and a different prompt and pin is refused and changes nothing; the
-// identical resubmit is answered from the record; a stray copy of the
-// message on another harness's subject is dropped by the claim; and the
-// attempt runs once, with its original prompt, on its original harness.
+// identical resubmit is answered from the record and leaves a second copy of
+// the message; a stray copy on another harness's subject is dropped by the
+// claim; and the attempt runs once, with its original prompt, on its
+// original harness.
 func TestAResubmitIsBoundToWhatWasAccepted(t *testing.T) {
 	f := fleettest.Start(t, fleettest.Options{Workers: 2})
 	js := shortDuplicateWindow(t, f, time.Second)
@@ -79,6 +98,20 @@ func TestAResubmitIsBoundToWhatWasAccepted(t *testing.T) {
 		}
 	}
 
+	// The identical attempt is answered from the record, and, past the
+	// duplicate window, published again: a second, identical copy of the
+	// queued attempt waits on codex's subject beside the first.
+	same := *orig
+	hs := submit(t, f, &same)
+	if hs.Reply.HarnessID != "codex" || !cmp.Equal(hs.Reply.Selection, h.Reply.Selection) {
+		t.Fatalf("identical resubmit answered %+v, want the first reply %+v", hs.Reply, h.Reply)
+	}
+
+	if n := pendingOn(t, js, "codex"); n != 2 {
+		t.Fatalf("%d messages on codex's subject after the identical resubmit, want 2 (the attempt and its copy)", n)
+	}
+	time.Sleep(1500 * time.Millisecond) // past the window of that publish
+
 	// A stray copy of the attempt, changed, on the other harness's subject
 	// (what a router that republished the new body to the new selection
 	// would leave): the claim drops it.
@@ -90,13 +123,6 @@ func TestAResubmitIsBoundToWhatWasAccepted(t *testing.T) {
 	}
 	if dup, err := bus.PublishAttemptBody(context.Background(), js, "claude-cli", orig.AttemptID, body, nil); err != nil || dup {
 		t.Fatalf("publish the stray copy: duplicate %v, %v", dup, err)
-	}
-
-	// The identical attempt is answered from the record.
-	same := *orig
-	hs := submit(t, f, &same)
-	if hs.Reply.HarnessID != "codex" || !cmp.Equal(hs.Reply.Selection, h.Reply.Selection) {
-		t.Fatalf("identical resubmit answered %+v, want the first reply %+v", hs.Reply, h.Reply)
 	}
 
 	res := result(t, h)
