@@ -227,11 +227,11 @@ func TestASharedPipelineSentTwiceActsOnce(t *testing.T) {
 	k1, k2 := keysFor("r1"), keysFor("r2")
 	cmds := []redis.Cmder{
 		redis.NewBoolCmd(ctx, "set", attemptIDKey("r1-a1"), k1.tag, "px", 60000, "nx"),
-		redis.NewIntCmd(ctx, "zadd", ReaperIndexKey, "nx", 1, indexMember(k1.tag, "r1-a1")),
+		redis.NewIntCmd(ctx, "zadd", k1.index(), "nx", 1, indexMember(k1.tag, "r1-a1")),
 		evalSha(ctx, acceptScript, []string{k1.attempt("r1-a1"), k1.order()},
 			"r1-a1", 60000, 120000, "digest-r1", "harness", "codex", "replyTo", "_INBOX.x", "reply", `{"v":1}`),
-		evalSha(ctx, claimScript, []string{k2.order(), k2.attempt("r2-a1"), k2.lease(), k2.fence(), k2.session()},
-			"r2-a1", "w1", 5000, newEpoch(), SeqReservation, k2.prefix(), FinishedTTL.Milliseconds(), "tok-1", "1", "codex"),
+		evalSha(ctx, claimScript, []string{k2.order(), k2.attempt("r2-a1"), k2.lease(), k2.fence(), k2.session(), k2.node()},
+			"r2-a1", "w1", 5000, newEpoch(), SeqReservation, k2.prefix(), FinishedTTL.Milliseconds(), "tok-1", 0, "codex"),
 	}
 	s.batch.exec(ctx, cmds)
 	first, err := cmds[3].(*redis.Cmd).StringSlice()

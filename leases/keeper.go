@@ -34,11 +34,13 @@ type KeeperParams struct {
 	OnRenew func(n int, err error)
 	// OnLost, when set, is called once for every lease that is lost.
 	OnLost func(l *Lease, err error)
-	// NewEpochQuarantine is how long after a Redis's data began (a fresh or
-	// restarted Redis without persistence) no new epoch may start: at least
-	// the longest lease TTL in the fleet, so that every lease granted before
-	// a data loss has self-fenced first. 0 means TTL; negative means none
-	// (only for a Redis known to be fresh, as in tests).
+	// NewEpochQuarantine is how long after the fleet first saw a Redis node
+	// serve a slot (a promoted replica, a restarted or emptied node) no new
+	// fence epoch may start in it: at least the longest lease TTL in the
+	// fleet, stretched by the clocks' rate drift, so that every lease the
+	// slot's previous node granted has self-fenced first (docs/ARCHITECTURE.md,
+	// "Fencing across failovers"). 0 means TTL; negative means none (only for
+	// a Redis known to be fresh, as in tests).
 	NewEpochQuarantine time.Duration
 }
 
@@ -186,6 +188,10 @@ const (
 	// names it); the message is not the accepted attempt: drop it. Nothing
 	// changed.
 	ClaimForeign ClaimStatus = "foreign"
+
+	// claimQuarantine is the script's reply for a new epoch that must wait;
+	// Claim reports it as ClaimBusy with Wait.
+	claimQuarantine ClaimStatus = "quarantine"
 )
 
 // ClaimResult is the outcome of Claim.
@@ -194,7 +200,8 @@ type ClaimResult struct {
 	// Blocker is the attempt ahead of this one when Busy.
 	Blocker string
 	// Wait, when set with Busy, is how long before the claim can succeed
-	// (the quarantine after a Redis data loss).
+	// (the quarantine of a new fence epoch after a failover, a restart or a
+	// data loss of the Redis node serving the session).
 	Wait time.Duration
 	// State is the attempt's state when Done, and the harness it was
 	// accepted for when Foreign.
@@ -213,37 +220,13 @@ type ClaimResult struct {
 // ClaimForeign). The returned lease is nil unless the status is Claimed.
 func (k *Keeper) Claim(ctx context.Context, sessionKey, attemptID, harnessID string) (*Lease, ClaimResult, error) {
 	keys := keysFor(sessionKey)
-	token := newEpoch()
-	claim := func(allowNewEpoch string) ([]string, error) {
-		return k.store.script(ctx, nil, claimScript,
-			[]string{keys.order(), keys.attempt(attemptID), keys.lease(), keys.fence(), keys.session()},
-			attemptID, k.holder, k.ttl.Milliseconds(), newEpoch(), SeqReservation, keys.prefix(), k.store.retention.Milliseconds(),
-			token, allowNewEpoch, harnessID,
-		).StringSlice()
-	}
+	quarantine := max(k.quarantine, 0)
 	sentAt := k.clock.Now()
-	allow := "0"
-	if k.quarantine < 0 {
-		allow = "1"
-	}
-	res, err := claim(allow)
-	if err == nil && len(res) > 0 && res[0] == "newepoch" {
-		if len(res) > 1 {
-			k.nudge(keys.tag, res[1])
-		}
-		// A new session, or a Redis that lost its data: a new epoch may
-		// start only once every lease from before a loss has expired.
-		wait, berr := bootScript.Run(ctx, k.store.rdb, []string{BootKey}, k.quarantine.Milliseconds()).Int64()
-		if berr != nil {
-			return nil, ClaimResult{}, fmt.Errorf("claim: %w", berr)
-		}
-		if wait > 0 {
-			return nil, ClaimResult{Status: ClaimBusy, Blocker: "the quarantine after a Redis data loss",
-				Wait: time.Duration(wait) * time.Millisecond}, nil
-		}
-		sentAt = k.clock.Now()
-		res, err = claim("1")
-	}
+	res, err := k.store.script(ctx, nil, claimScript,
+		[]string{keys.order(), keys.attempt(attemptID), keys.lease(), keys.fence(), keys.session(), keys.node()},
+		attemptID, k.holder, k.ttl.Milliseconds(), newEpoch(), SeqReservation, keys.prefix(), k.store.retention.Milliseconds(),
+		newEpoch(), quarantine.Milliseconds(), harnessID,
+	).StringSlice()
 	if err != nil {
 		return nil, ClaimResult{}, fmt.Errorf("claim: %w", err)
 	}
@@ -273,6 +256,16 @@ func (k *Keeper) Claim(ctx context.Context, sessionKey, attemptID, harnessID str
 		// attempt already published.
 		k.nudge(keys.tag, attemptID)
 		return nil, cr, nil
+	case claimQuarantine:
+		// A new epoch on a node the fleet has just seen serve the session's
+		// slot: a lease granted before (on the node that served it then) may
+		// still be running. Busy until the quarantine has passed.
+		if len(res) > 2 {
+			k.nudge(keys.tag, res[2])
+		}
+		ms, _ := strconv.ParseInt(res[1], 10, 64)
+		return nil, ClaimResult{Status: ClaimBusy, Blocker: "the quarantine of a new fence epoch (a Redis failover, restart or data loss)",
+			Wait: time.Duration(ms) * time.Millisecond}, nil
 	case ClaimMissing:
 		return nil, cr, nil
 	case ClaimForeign:
@@ -313,7 +306,7 @@ func (k *Keeper) Claim(ctx context.Context, sessionKey, attemptID, harnessID str
 	// sent beside the run, not before it: it is in another slot, so it
 	// cannot join the claim script, and the run need not wait for it (XX: an
 	// entry the finish already removed is not re-created).
-	k.moveIndex(indexMove{member: indexMember(keys.tag, attemptID), score: float64(time.Now().Add(k.ttl).UnixMilli())})
+	k.moveIndex(indexMove{key: keys.index(), member: indexMember(keys.tag, attemptID), score: float64(time.Now().Add(k.ttl).UnixMilli())})
 	return l, cr, nil
 }
 
@@ -324,12 +317,13 @@ func (k *Keeper) Claim(ctx context.Context, sessionKey, attemptID, harnessID str
 func (k *Keeper) nudge(tag, settled string) {
 	now := float64(time.Now().UnixMilli())
 	for _, id := range strings.Fields(settled) {
-		k.moveIndex(indexMove{member: indexMember(tag, id), score: now})
+		k.moveIndex(indexMove{key: indexKeyOf(tag), member: indexMember(tag, id), score: now})
 	}
 }
 
-// indexMove is one reaper index update: ZADD XX score member.
+// indexMove is one reaper index update: ZADD XX key score member.
 type indexMove struct {
+	key    string // the index shard
 	member string
 	score  float64
 }
@@ -371,12 +365,17 @@ func (k *Keeper) mover() {
 			return
 		}
 		k.movesMu.Unlock()
-		zs := make([]redis.Z, len(batch))
-		for i, m := range batch {
-			zs[i] = redis.Z{Score: m.score, Member: m.member}
+		shards := map[string][]redis.Z{}
+		for _, m := range batch {
+			shards[m.key] = append(shards[m.key], redis.Z{Score: m.score, Member: m.member})
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), k.ttl)
-		err := k.store.rdb.ZAddXX(ctx, ReaperIndexKey, zs...).Err()
+		_, err := k.store.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for key, zs := range shards {
+				p.ZAddXX(ctx, key, zs...)
+			}
+			return nil
+		})
 		cancel()
 		if err != nil {
 			k.log.WithField("entries", len(batch)).Warn("reaper index not updated (claimed attempts are found at their queue deadline instead of their lease expiry): " + err.Error())
@@ -385,8 +384,8 @@ func (k *Keeper) mover() {
 }
 
 // RenewNow renews every held lease in one pipelined round trip: one renew
-// script per lease and one ZADD that moves the leases' reaper index entries to
-// their new expiry. The keeper's loop calls it every interval.
+// script per lease and one ZADD per reaper index shard that moves the
+// leases' index entries to their new expiry. The keeper's loop calls it every interval.
 func (k *Keeper) RenewNow(ctx context.Context) {
 	leases := k.Leases()
 	if len(leases) == 0 {
@@ -433,14 +432,17 @@ func (k *Keeper) renewPipeline(ctx context.Context, leases []*Lease) ([]*redis.C
 	reserved := make([]int64, len(leases))
 	ttlMs := strconv.FormatInt(k.ttl.Milliseconds(), 10)
 	expiry := float64(time.Now().Add(k.ttl).UnixMilli())
-	members := make([]redis.Z, len(leases))
+	shards := map[string][]redis.Z{}
 	_, err := k.store.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, l := range leases {
 			reserved[i] = l.reservation()
-			cmds[i] = renewScript.EvalSha(ctx, p, l.renewKeys(), l.fence, ttlMs, reserved[i])
-			members[i] = redis.Z{Score: expiry, Member: l.indexMember()}
+			cmds[i] = renewScript.EvalSha(ctx, p, l.renewKeys(), l.fence, ttlMs, reserved[i], k.holder, l.attemptID)
+			key := l.keys.index()
+			shards[key] = append(shards[key], redis.Z{Score: expiry, Member: l.indexMember()})
 		}
-		p.ZAddXX(ctx, ReaperIndexKey, members...)
+		for key, zs := range shards {
+			p.ZAddXX(ctx, key, zs...)
+		}
 		return nil
 	})
 	if err != nil {

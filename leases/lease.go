@@ -144,7 +144,7 @@ func (l *Lease) NoteSeq(ctx context.Context, n int64) error {
 	want := n + SeqReservation
 	sentAt := l.k.clock.Now()
 	ok, err := renewScript.Run(ctx, l.k.store.rdb, []string{l.keys.lease(), l.keys.attempt(l.attemptID)},
-		l.fence, l.k.ttl.Milliseconds(), want).Int()
+		l.fence, l.k.ttl.Milliseconds(), want, l.k.holder, l.attemptID).Int()
 	if err != nil {
 		return fmt.Errorf("reserve event seq: %w", err)
 	}
@@ -200,7 +200,7 @@ func (l *Lease) Finish(ctx context.Context, o Outcome) (FinishStatus, error) {
 	if !l.Current() {
 		return FinishFenced, nil
 	}
-	args := append([]any{l.attemptID, l.fence, o.Code, o.Result, l.k.store.retention.Milliseconds()}, o.Session.args()...)
+	args := append([]any{l.attemptID, l.fence, o.Code, o.Result, l.k.store.retention.Milliseconds(), l.k.holder}, o.Session.args()...)
 	st, err := l.k.store.script(ctx, nil, finishScript,
 		[]string{l.keys.order(), l.keys.attempt(l.attemptID), l.keys.lease(), l.keys.session()}, args...).Text()
 	if err != nil {
@@ -222,11 +222,13 @@ func (l *Lease) Finish(ctx context.Context, o Outcome) (FinishStatus, error) {
 // Abandon records the outcome of an attempt whose lease was lost (code is
 // lease_lost or the run's own error). It writes no session record. It works
 // whether or not the lease is still held, as long as the attempt was claimed
-// under this fence and has no outcome yet.
+// under this fence and has no outcome yet, or is recorded as accepted: its
+// claim was lost with the Redis node that made it (a failover that lost
+// writes), and this worker's outcome answers it.
 func (l *Lease) Abandon(ctx context.Context, code string, result []byte) (FinishStatus, error) {
 	st, err := abandonScript.Run(ctx, l.k.store.rdb,
 		[]string{l.keys.order(), l.keys.attempt(l.attemptID), l.keys.lease()},
-		l.attemptID, l.fence, code, result, l.k.store.retention.Milliseconds()).Text()
+		l.attemptID, l.fence, code, result, l.k.store.retention.Milliseconds(), l.k.holder).Text()
 	if err != nil {
 		return "", fmt.Errorf("abandon: %w", err)
 	}
@@ -240,7 +242,7 @@ func (l *Lease) WriteSession(ctx context.Context, u SessionUpdate) error {
 	if !l.Current() {
 		return fenced("session write")
 	}
-	args := append([]any{l.fence}, u.args()...)
+	args := append([]any{l.fence, l.k.holder, l.attemptID}, u.args()...)
 	n, err := writeSessionScript.Run(ctx, l.k.store.rdb, []string{l.keys.lease(), l.keys.session()}, args...).Int()
 	if err != nil {
 		return fmt.Errorf("write session: %w", err)
@@ -256,7 +258,7 @@ func (l *Lease) WriteSession(ctx context.Context, u SessionUpdate) error {
 // when nothing acted on the claim yet, and ends the lease. It reports whether
 // the attempt was given back; false means the fleet settled it meanwhile.
 func (l *Lease) Unclaim(ctx context.Context) (bool, error) {
-	n, err := unclaimScript.Run(ctx, l.k.store.rdb, []string{l.attemptKey, l.leaseKey}, l.fence).Int()
+	n, err := unclaimScript.Run(ctx, l.k.store.rdb, []string{l.attemptKey, l.leaseKey}, l.fence, l.k.holder, l.attemptID).Int()
 	l.release()
 	if err != nil {
 		return false, fmt.Errorf("unclaim: %w", err)
@@ -267,7 +269,7 @@ func (l *Lease) Unclaim(ctx context.Context) (bool, error) {
 // Release deletes the lease if it is still held under its fence, without
 // recording an outcome, and ends it.
 func (l *Lease) Release(ctx context.Context) error {
-	_, err := releaseScript.Run(ctx, l.k.store.rdb, []string{l.keys.lease()}, l.fence).Int()
+	_, err := releaseScript.Run(ctx, l.k.store.rdb, []string{l.keys.lease()}, l.fence, l.k.holder, l.attemptID).Int()
 	l.release()
 	if err != nil {
 		return fmt.Errorf("release: %w", err)

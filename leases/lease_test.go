@@ -180,17 +180,17 @@ func assertOldFenceRefused(t *testing.T, s *Store, session, attempt, oldFence st
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := renewScript.Run(ctx, s.rdb, []string{k.lease(), k.attempt(attempt)}, oldFence, 60000, 1).Int(); err != nil || n != 0 {
+	if n, err := renewScript.Run(ctx, s.rdb, []string{k.lease(), k.attempt(attempt)}, oldFence, 60000, 1, before.Holder, attempt).Int(); err != nil || n != 0 {
 		t.Errorf("renew with old fence: %d %v, want refused (0)", n, err)
 	}
 	if st, err := finishScript.Run(ctx, s.rdb, []string{k.order(), k.attempt(attempt), k.lease(), k.session()},
-		attempt, oldFence, OutcomeOK, "{}", 1000, FieldSessionID, "stolen").Text(); err != nil || st != "fenced" {
+		attempt, oldFence, OutcomeOK, "{}", 1000, before.Holder, FieldSessionID, "stolen").Text(); err != nil || st != "fenced" {
 		t.Errorf("finish with old fence: %q %v, want fenced", st, err)
 	}
-	if n, err := releaseScript.Run(ctx, s.rdb, []string{k.lease()}, oldFence).Int(); err != nil || n != 0 {
+	if n, err := releaseScript.Run(ctx, s.rdb, []string{k.lease()}, oldFence, before.Holder, attempt).Int(); err != nil || n != 0 {
 		t.Errorf("release with old fence: %d %v, want refused (0)", n, err)
 	}
-	if n, err := writeSessionScript.Run(ctx, s.rdb, []string{k.lease(), k.session()}, oldFence, FieldSessionID, "stolen").Int(); err != nil || n != 0 {
+	if n, err := writeSessionScript.Run(ctx, s.rdb, []string{k.lease(), k.session()}, oldFence, before.Holder, attempt, FieldSessionID, "stolen").Int(); err != nil || n != 0 {
 		t.Errorf("session write with old fence: %d %v, want refused (0)", n, err)
 	}
 	after, err := s.LeaseOf(ctx, session)
@@ -224,8 +224,12 @@ func TestRenewingManyLeasesIsOneRoundTrip(t *testing.T) {
 	if single != 0 || pipes != 1 {
 		t.Fatalf("renewing %d leases took %d single commands and %d pipelines; want one pipeline", n, single, pipes)
 	}
-	if cmds != n+1 {
-		t.Fatalf("the pipeline held %d commands, want %d renew scripts and one index update", cmds, n+1)
+	shards := map[string]bool{}
+	for _, l := range k.Leases() {
+		shards[l.keys.index()] = true
+	}
+	if cmds != n+len(shards) {
+		t.Fatalf("the pipeline held %d commands, want %d renew scripts and one index update per shard (%d)", cmds, n, len(shards))
 	}
 	for _, l := range k.Leases() {
 		if !l.Current() {
@@ -432,7 +436,7 @@ func TestOutcomeIsFirstWriterWins(t *testing.T) {
 	}
 	k1 := keysFor("s1")
 	if st, _ := finishScript.Run(ctx, s.rdb, []string{k1.order(), k1.attempt("a1"), k1.lease(), k1.session()},
-		"a1", l.Fence(), "harness_failed", "second", 1000).Text(); st != "finished" {
+		"a1", l.Fence(), "harness_failed", "second", 1000, "w1").Text(); st != "finished" {
 		t.Fatalf("second finish %q, want finished", st)
 	}
 	if st, _ := l.Abandon(ctx, "lease_lost", []byte("third")); st != FinishAlready {

@@ -644,9 +644,9 @@ func claimWithScript(script *redis.Script) linClaimFunc {
 	return func(ctx context.Context, k *Keeper, session, attemptID string) (linHold, ClaimStatus, error) {
 		keys := keysFor(session)
 		res, err := script.Run(ctx, k.store.rdb,
-			[]string{keys.order(), keys.attempt(attemptID), keys.lease(), keys.fence(), keys.session()},
+			[]string{keys.order(), keys.attempt(attemptID), keys.lease(), keys.fence(), keys.session(), keys.node()},
 			attemptID, k.holder, k.ttl.Milliseconds(), newEpoch(), SeqReservation, keys.prefix(), FinishedTTL.Milliseconds(),
-			newEpoch(), "1", "codex", // a claim token; a new epoch may start; the harness
+			newEpoch(), 0, "codex", // a claim token; no quarantine; the harness
 		).StringSlice()
 		if err != nil {
 			return nil, "", err
@@ -654,7 +654,7 @@ func claimWithScript(script *redis.Script) linClaimFunc {
 		if ClaimStatus(res[0]) != Claimed {
 			return nil, ClaimStatus(res[0]), nil
 		}
-		return &scriptHold{store: k.store, keys: keys, attemptID: attemptID, fence: res[1]}, Claimed, nil
+		return &scriptHold{store: k.store, keys: keys, holder: k.holder, attemptID: attemptID, fence: res[1]}, Claimed, nil
 	}
 }
 
@@ -662,6 +662,7 @@ func claimWithScript(script *redis.Script) linClaimFunc {
 type scriptHold struct {
 	store     *Store
 	keys      sessionKeys
+	holder    string
 	attemptID string
 	fence     string
 }
@@ -671,7 +672,7 @@ func (h *scriptHold) Fence() string { return h.fence }
 func (h *scriptHold) Finish(ctx context.Context, o Outcome) (FinishStatus, error) {
 	st, err := finishScript.Run(ctx, h.store.rdb,
 		[]string{h.keys.order(), h.keys.attempt(h.attemptID), h.keys.lease(), h.keys.session()},
-		h.attemptID, h.fence, o.Code, o.Result, FinishedTTL.Milliseconds()).Text()
+		h.attemptID, h.fence, o.Code, o.Result, FinishedTTL.Milliseconds(), h.holder).Text()
 	return FinishStatus(st), err
 }
 
@@ -845,7 +846,7 @@ func (d *linDriver) client(t *testing.T, h *linHistory, k *Keeper, c int, sessio
 			// depends on it).
 			in.Kind, in.Fence = linRenew, lease.Fence()
 			n, err := d.renew.Run(ctx, d.store.rdb, []string{keys.lease(), keys.attempt(attempt)},
-				lease.Fence(), linTTL.Milliseconds(), SeqReservation).Int()
+				lease.Fence(), linTTL.Milliseconds(), SeqReservation, k.holder, attempt).Int()
 			switch {
 			case err != nil:
 				out.Status = linUnknown
@@ -860,7 +861,7 @@ func (d *linDriver) client(t *testing.T, h *linHistory, k *Keeper, c int, sessio
 			// The release script: Lease.Release does not say whether it
 			// released anything.
 			in.Kind, in.Fence = linRelease, lease.Fence()
-			n, err := releaseScript.Run(ctx, d.store.rdb, []string{keys.lease()}, lease.Fence()).Int()
+			n, err := releaseScript.Run(ctx, d.store.rdb, []string{keys.lease()}, lease.Fence(), k.holder, attempt).Int()
 			out.Status = map[bool]string{true: linOK, false: linRefused}[n == 1]
 			if err != nil {
 				out.Status = linUnknown

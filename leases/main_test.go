@@ -108,25 +108,3 @@ func toInt(v any) int {
 	}
 	return 0
 }
-
-// hashSlot is Redis Cluster's slot of a key: CRC16 (XMODEM) of its hash tag
-// (the part between the first '{' and the next '}', when not empty), mod 16384.
-func hashSlot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for b := 0; b < 8; b++ {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return int(crc) % 16384
-}

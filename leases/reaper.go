@@ -15,25 +15,48 @@ type DueEntry struct {
 	AttemptID string
 }
 
-// Due hands out up to limit reaper index entries that are due, hiding each from
-// other reapers for visibility. Several routers may call it at once; each entry
-// goes to one of them per window.
-func (s *Store) Due(ctx context.Context, limit int, visibility time.Duration) ([]DueEntry, error) {
-	members, err := dueScript.Run(ctx, s.rdb, []string{ReaperIndexKey}, limit, visibility.Milliseconds()).StringSlice()
-	if err != nil {
-		return nil, fmt.Errorf("reaper due: %w", err)
+// Due hands out up to limit due reaper index entries from each index shard
+// (in one pipelined round trip), hiding each from other reapers for
+// visibility. Several routers may call it at once; each entry goes to one of
+// them per window. full reports whether some shard had limit entries due or
+// more: call again.
+func (s *Store) Due(ctx context.Context, limit int, visibility time.Duration) (entries []DueEntry, full bool, err error) {
+	cmds := make([]*redis.Cmd, IndexShards)
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, key := range indexKeys {
+			cmds[i] = dueScript.EvalSha(ctx, p, []string{key}, limit, visibility.Milliseconds())
+		}
+		return nil
+	})
+	if isNoScript(err) {
+		if err = s.Load(ctx); err == nil {
+			return s.Due(ctx, limit, visibility)
+		}
 	}
-	out := make([]DueEntry, 0, len(members))
-	for _, m := range members {
-		tag, id, ok := parseIndexMember(m)
-		if !ok {
-			// Not ours to interpret; drop it so it is not handed out again.
-			s.rdb.ZRem(ctx, ReaperIndexKey, m)
+	var failed error
+	for i, c := range cmds {
+		members, cerr := c.StringSlice()
+		if cerr != nil {
+			failed = cerr
 			continue
 		}
-		out = append(out, DueEntry{Tag: tag, AttemptID: id})
+		full = full || len(members) >= limit
+		for _, m := range members {
+			tag, id, ok := parseIndexMember(m)
+			if !ok {
+				// Not ours to interpret; drop it so it is not handed out again.
+				s.rdb.ZRem(ctx, indexKeys[i], m)
+				continue
+			}
+			entries = append(entries, DueEntry{Tag: tag, AttemptID: id})
+		}
 	}
-	return out, nil
+	if len(entries) == 0 && failed != nil {
+		return nil, false, fmt.Errorf("reaper due: %w", failed)
+	}
+	// Shards that answered are handed out even when another failed (a
+	// Redis Cluster node down): its entries wait for it.
+	return entries, full, nil
 }
 
 // ReapAction is what the reaper does with an entry.
@@ -94,14 +117,14 @@ func (s *Store) Reap(ctx context.Context, e DueEntry, grace time.Duration, by st
 	if len(res) == 0 {
 		return Reaped{}, fmt.Errorf("reap: empty reply")
 	}
-	member := indexMember(e.Tag, e.AttemptID)
+	member, index := indexMember(e.Tag, e.AttemptID), indexKeyOf(e.Tag)
 	switch ReapAction(res[0]) {
 	case ReapGone:
-		return Reaped{Action: ReapGone}, s.rdb.ZRem(ctx, ReaperIndexKey, member).Err()
+		return Reaped{Action: ReapGone}, s.rdb.ZRem(ctx, index, member).Err()
 	case ReapWait:
 		at, _ := strconv.ParseInt(res[1], 10, 64)
 		// XX: an entry dropped meanwhile (published) stays dropped.
-		err := s.rdb.ZAddXX(ctx, ReaperIndexKey, redis.Z{Score: float64(at), Member: member}).Err()
+		err := s.rdb.ZAddXX(ctx, index, redis.Z{Score: float64(at), Member: member}).Err()
 		return Reaped{Action: ReapWait, At: time.UnixMilli(at)}, err
 	case ReapPublish, ReapResend:
 		if len(res) != 8 {
@@ -124,7 +147,34 @@ func (s *Store) MarkPublishedTag(ctx context.Context, tag, attemptID, by string)
 // has none of its own (a reaper, per attempt it publishes).
 func MarkerToken() string { return newEpoch() }
 
-// IndexLen is the number of attempts in the reaper index.
+// IndexLen is the number of attempts in the reaper index (all shards).
 func (s *Store) IndexLen(ctx context.Context) (int64, error) {
-	return s.rdb.ZCard(ctx, ReaperIndexKey).Result()
+	cmds := make([]*redis.IntCmd, IndexShards)
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, key := range indexKeys {
+			cmds[i] = p.ZCard(ctx, key)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, c := range cmds {
+		n += c.Val()
+	}
+	return n, nil
+}
+
+// Adopt makes an attempt's record agree with its durable result, whose
+// outcome is "ok" or its error code: the results stream keeps the first
+// result published, and that is the attempt's outcome (adoptScript). It
+// reports whether the record changed.
+func (s *Store) Adopt(ctx context.Context, tag, attemptID, outcome string) (bool, error) {
+	k := keysOfTag(tag)
+	n, err := adoptScript.Run(ctx, s.rdb, []string{k.order(), k.attempt(attemptID)}, attemptID, outcome, s.retention.Milliseconds()).Int()
+	if err != nil {
+		return false, fmt.Errorf("adopt the durable result: %w", err)
+	}
+	return n == 1, nil
 }

@@ -20,10 +20,10 @@ func TestReaperSettlesAndPublishesOnce(t *testing.T) {
 	mustClaim(t, k, "s2", "c1")
 	s.rdb.Del(ctx, keysFor("s2").lease())
 	// Make c1 due now (its index entry points at the lease expiry).
-	s.rdb.ZAdd(ctx, ReaperIndexKey, redisZ(0, indexMember(Tag("s2"), "c1")))
+	s.rdb.ZAdd(ctx, indexKeyOf(Tag("s2")), redisZ(0, indexMember(Tag("s2"), "c1")))
 	waitPast(t, s, "s1", "q1")
 
-	entries, err := s.Due(ctx, 100, 30*time.Second)
+	entries, _, err := s.Due(ctx, 100, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func TestReaperSettlesAndPublishesOnce(t *testing.T) {
 		t.Fatalf("c1 reaped %+v, want publish worker_lost", r)
 	}
 	// Handed-out entries are hidden from other reapers.
-	if again, _ := s.Due(ctx, 100, 30*time.Second); len(again) != 0 {
+	if again, _, _ := s.Due(ctx, 100, 30*time.Second); len(again) != 0 {
 		t.Fatalf("entries handed out twice: %v", again)
 	}
 	for id, sess := range map[string]string{"q1": "s1", "c1": "s2"} {
@@ -82,7 +82,7 @@ func TestConcurrentReapersSettleOnce(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for {
-				entries, err := s.Due(ctx, 16, 30*time.Second)
+				entries, _, err := s.Due(ctx, 16, 30*time.Second)
 				if err != nil {
 					t.Error(err)
 					return
@@ -174,7 +174,7 @@ func lostClaim(t *testing.T, k *Keeper, session, attempt string) {
 // publishes worker_lost.
 func reapsWorkerLost(t *testing.T, s *Store, attempt string) {
 	t.Helper()
-	due, err := s.Due(ctx, 10, time.Second)
+	due, _, err := s.Due(ctx, 10, time.Second)
 	if err != nil || len(due) != 1 || due[0].AttemptID != attempt {
 		t.Fatalf("due: %v %v, want %s alone", due, err, attempt)
 	}
@@ -193,7 +193,7 @@ func TestRedeliveredClaimPointsTheReapersAtTheAttempt(t *testing.T) {
 	k := newKeeper(t, s, "w1", 5*time.Second, nil)
 	accept(t, s, "s", "a", time.Hour)
 	lostClaim(t, k, "s", "a")
-	if due, _ := s.Due(ctx, 10, time.Second); len(due) != 0 {
+	if due, _, _ := s.Due(ctx, 10, time.Second); len(due) != 0 {
 		t.Fatalf("due before the redelivery: %v (the entry should sit at the queue deadline)", due)
 	}
 	// A redelivery: the claim answers done and moves the index entry

@@ -11,9 +11,9 @@ func TestClaimRetryWithTheSameTokenGetsTheClaim(t *testing.T) {
 	s := newStore(t)
 	accept(t, s, "sess", "a1", time.Minute)
 	k := keysFor("sess")
-	keys := []string{k.order(), k.attempt("a1"), k.lease(), k.fence(), k.session()}
+	keys := []string{k.order(), k.attempt("a1"), k.lease(), k.fence(), k.session(), k.node()}
 	args := func(token string) []any {
-		return []any{"a1", "w1", 5000, newEpoch(), SeqReservation, k.prefix(), FinishedTTL.Milliseconds(), token, "1", "codex"}
+		return []any{"a1", "w1", 5000, newEpoch(), SeqReservation, k.prefix(), FinishedTTL.Milliseconds(), token, 0, "codex"}
 	}
 	first, err := claimScript.Run(ctx, s.rdb, keys, args("tok-1")...).StringSlice()
 	if err != nil || first[0] != "claimed" {
@@ -39,7 +39,7 @@ func TestFinishRetryIsIdempotent(t *testing.T) {
 	keys := keysFor("sess")
 	fin := func(outcome, result string) string {
 		st, err := finishScript.Run(ctx, s.rdb, []string{keys.order(), keys.attempt("a1"), keys.lease(), keys.session()},
-			"a1", l.Fence(), outcome, result, 1000).Text()
+			"a1", l.Fence(), outcome, result, 1000, "w1").Text()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -90,19 +90,24 @@ func TestUnclaimGivesTheAttemptBack(t *testing.T) {
 // After a Redis lost its data, no new fence epoch starts until the
 // quarantine has passed, so a lease granted before the loss (still believed
 // by its holder until its next renewal) cannot overlap a new one; once the
-// quarantine is over, new sessions claim at once.
+// quarantine is over, new sessions claim at once, in every slot (the
+// routers marked them all when they saw the node change).
 func TestNewEpochQuarantineAfterDataLoss(t *testing.T) {
 	s := newStore(t) // flushed: like a Redis that lost its data
-	const quarantine = 300 * time.Millisecond
+	// Long enough for MarkNodes (16,384 scripts) under the race detector.
+	const quarantine = 2 * time.Second
 	k := NewKeeper(KeeperParams{Store: s, Holder: "w1", TTL: time.Second, Logger: quietLogger(), NewEpochQuarantine: quarantine})
 	t.Cleanup(k.Stop)
+	if n, err := s.MarkNodes(ctx); err != nil || n != Slots {
+		t.Fatalf("mark nodes on an empty Redis: %d %v, want every slot marked", n, err)
+	}
 	accept(t, s, "s1", "a1", time.Minute)
 	_, res, err := k.Claim(ctx, "s1", "a1", "codex")
 	if err != nil || res.Status != ClaimBusy || res.Wait <= 0 || res.Wait > quarantine {
 		t.Fatalf("claim right after the data loss: %+v %v, want busy for up to %s", res, err, quarantine)
 	}
-	if _, err := s.rdb.Get(ctx, BootKey).Result(); err != nil {
-		t.Fatalf("boot marker: %v", err)
+	if n, err := s.MarkNodes(ctx); err != nil || n != 0 {
+		t.Fatalf("mark nodes again on the same node: %d %v, want none changed", n, err)
 	}
 	time.Sleep(res.Wait)
 	var l *Lease

@@ -3,7 +3,8 @@ package leases
 import "github.com/redis/go-redis/v9"
 
 // Every script below touches the keys of one hash slot only: the session's
-// {s} keys, one source's {id} key, or the reaper index. Scripts that walk the
+// {s} keys (with the node marker of the session's slot, whose tag is chosen
+// to fall in that slot), one source's {id} key, or one reaper index shard. Scripts that walk the
 // session's order derive the record key of an earlier entry from the session
 // prefix they are given (ARGV), which carries the same hash tag, so those keys
 // share the slot by construction. Time comes from Redis (TIME), so every
@@ -14,6 +15,19 @@ const prelude = `
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- node_id is the replication id of the node running the script: a node
+-- gets a new one when it is promoted from replica and when it restarts, the
+-- two ways a node can come to serve a slot without its previous primary's
+-- last writes.
+local function node_id()
+  return string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)') or ''
+end
+-- holds says whether the lease hash at key is held by holder, for attempt,
+-- under fence: all three, so that no lease is ever taken for another's.
+local function holds(key, holder, attempt, fence)
+  local l = redis.call('HMGET', key, 'holder', 'attempt', 'fence')
+  return l[1] == holder and l[2] == attempt and l[3] == fence
 end
 -- update_record applies field, value pairs from ARGV[first..] to a hash in
 -- two calls: an empty value deletes its field; extra pairs are set after
@@ -41,21 +55,6 @@ local function settle(key, code, now, ttl)
   return true
 end
 `
-
-// epochScript returns the session's fence epoch, creating it when the fence
-// hash is missing (a new session, or a Redis that lost its data).
-//
-// KEYS[1] teamster:{s}:fence
-// ARGV[1] a fresh random epoch id, used only when the hash is missing
-// Returns the epoch (string).
-var epochScript = redis.NewScript(`
-local e = redis.call('HGET', KEYS[1], 'epoch')
-if not e then
-  redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'n', 0)
-  e = ARGV[1]
-end
-return e
-`)
 
 // acceptScript records an attempt as accepted and appends it to its session's
 // order, unless the attempt id is known already: an attempt id is bound to
@@ -109,34 +108,43 @@ return 1
 // attempts past their deadline (settled queue_timeout) and claimed attempts
 // whose lease is gone (settled worker_lost).
 //
+// Fences survive failovers (docs/ARCHITECTURE.md, "Fencing across
+// failovers"). The fence hash records the node (its replication id) on which
+// its epoch began. A claim on any other node, or on a session without a fence
+// hash, starts a new epoch, so a fence handed out by a node whose writes were
+// lost is never handed out again. A new epoch waits for the quarantine: until
+// the quarantine has passed since the fleet first saw this node serve the
+// session's slot (the slot's node marker, KEYS[6]), a lease granted by the
+// node before (whose holder may not have noticed the failover yet; it
+// self-fences at ttl - margin at the latest) may still be running.
+//
 // KEYS[1] teamster:{s}:order
 // KEYS[2] teamster:{s}:attempt:<attemptId>
 // KEYS[3] teamster:{s}:lease
 // KEYS[4] teamster:{s}:fence
 // KEYS[5] teamster:{s}:session
+// KEYS[6] teamster:{<slot tag>}:node, the node marker of the session's slot
 // ARGV[1] attemptId
 // ARGV[2] holder (worker id)
 // ARGV[3] lease TTL (ms)
-// ARGV[4] a fresh random epoch id, used only when the fence hash is missing
+// ARGV[4] a fresh random epoch id, used when a new epoch starts
 // ARGV[5] the first reservation of event seq numbers
 // ARGV[6] the session prefix teamster:{s}: (for the records of earlier entries)
 // ARGV[7] TTL (ms) of a record once finished
 // ARGV[8] the claim's token, unique per claim call: a retried call (a client
 // retrying after a lost reply) that finds the attempt claimed with its own
 // token gets the same claim back instead of "done"
-// ARGV[9] "1" when a new epoch may be started; otherwise a claim that would
-// start one (no fence hash: a new session, or a Redis that lost its data)
-// returns {"newepoch"} and claims nothing, so that the caller can first make
-// sure every lease granted before a data loss has expired (see bootScript)
+// ARGV[9] the quarantine (ms) of a new epoch on a node the fleet has just
+// seen serve the slot; 0 for none
 // ARGV[10] the harness id whose subject the message came on: an attempt runs
 // only on the harness it was accepted for
 // Returns {"claimed", fence, now, acceptedAt, settled, field, value, ...} with
 // the session record's fields read under the new lease, {"busy", blocker,
 // settled}, {"done", state}, {"expired"} (the queue deadline passed:
-// queue_timeout recorded), {"newepoch", settled}, {"foreign", harness} (the
-// record names another harness: the message is not this attempt's; nothing
-// changed) or {"missing"}. settled is
-// the space-separated ids of earlier heads the walk settled (queue_timeout,
+// queue_timeout recorded), {"quarantine", ms still to wait, settled},
+// {"foreign", harness} (the record names another harness: the message is not
+// this attempt's; nothing changed) or {"missing"}. settled is the
+// space-separated ids of earlier heads the walk settled (queue_timeout,
 // worker_lost): the caller points the reapers at them, since their index
 // entries may still sit at their queue deadlines.
 var claimScript = redis.NewScript(prelude + `
@@ -144,7 +152,7 @@ local now = now_ms()
 local st = redis.call('HMGET', KEYS[2], 'state', 'deadline', 'accepted', 'ctoken', 'fence', 'claimed', 'harness')
 if not st[1] then return {'missing'} end
 if st[7] ~= ARGV[10] then return {'foreign', st[7] or ''} end
-if st[1] == 'claimed' and st[4] == ARGV[8] and redis.call('HGET', KEYS[3], 'fence') == st[5] then
+if st[1] == 'claimed' and st[4] == ARGV[8] and holds(KEYS[3], ARGV[2], ARGV[1], st[5]) then
   local out = {'claimed', st[5], st[6], st[3] or st[6], ''}
   for _, v in ipairs(redis.call('HGETALL', KEYS[5])) do out[#out + 1] = v end
   return out
@@ -177,11 +185,20 @@ settled = table.concat(settled, ' ')
 if redis.call('EXISTS', KEYS[3]) == 1 then
   return {'busy', redis.call('HGET', KEYS[3], 'attempt') or '', settled}
 end
-local epoch = redis.call('HGET', KEYS[4], 'epoch')
-if not epoch then
-  if ARGV[9] ~= '1' then return {'newepoch', settled} end
+local node = node_id()
+local f = redis.call('HMGET', KEYS[4], 'epoch', 'node')
+local epoch = f[1]
+if (not epoch) or f[2] ~= node then
+  local m = redis.call('HMGET', KEYS[6], 'node', 'since')
+  local since = tonumber(m[2] or '')
+  if m[1] ~= node or not since then
+    since = now
+    redis.call('HSET', KEYS[6], 'node', node, 'since', now)
+  end
+  local wait = since + tonumber(ARGV[9]) - now
+  if wait > 0 then return {'quarantine', tostring(wait), settled} end
   epoch = ARGV[4]
-  redis.call('HSET', KEYS[4], 'epoch', epoch, 'n', 0)
+  redis.call('HSET', KEYS[4], 'epoch', epoch, 'n', 0, 'node', node)
 end
 local fence = epoch .. ':' .. redis.call('HINCRBY', KEYS[4], 'n', 1)
 redis.call('HSET', KEYS[3], 'holder', ARGV[2], 'attempt', ARGV[1], 'fence', fence)
@@ -192,26 +209,20 @@ for _, v in ipairs(redis.call('HGETALL', KEYS[5])) do out[#out + 1] = v end
 return out
 `)
 
-// bootScript answers how long new epochs must still wait after this Redis's
-// data began. The marker teamster:{boot} holds the time (Redis's clock) at
-// which it was first written; on a Redis that lost its data it is missing and
-// is written now. Until quarantine has passed since then, a lease granted
-// before the loss may still be held in the memory of a worker that has not
-// yet noticed (it notices at its next renewal, and self-fences at ttl -
-// margin at the latest), so no new epoch may start: the "delayed restart" of
-// a Redis without persistence, done by teamster.
+// markNodeScript records that the fleet has seen the node running it serve
+// the marker's slot: when the marker names another node (or none), it is
+// set to this node, from now. Routers run it over every slot when a node's
+// replication id changes (Store.MarkNodes), so that the quarantine of a
+// slot starts when the node began to serve it, not at the slot's first claim
+// long after; claimScript does the same for its own slot.
 //
-// KEYS[1] teamster:{boot}
-// ARGV[1] the quarantine (ms)
-// Returns the milliseconds still to wait (0 when none).
-var bootScript = redis.NewScript(prelude + `
-local now = now_ms()
-local born = tonumber(redis.call('GET', KEYS[1]) or '')
-if not born then
-  redis.call('SET', KEYS[1], now)
-  born = now
-end
-return math.max(0, born + tonumber(ARGV[1]) - now)
+// KEYS[1] teamster:{<slot tag>}:node
+// Returns 1 when the marker was set, 0 when it named this node already.
+var markNodeScript = redis.NewScript(prelude + `
+local node = node_id()
+if redis.call('HGET', KEYS[1], 'node') == node then return 0 end
+redis.call('HSET', KEYS[1], 'node', node, 'since', now_ms())
+return 1
 `)
 
 // renewScript extends a held lease and raises the attempt's event seq
@@ -222,22 +233,27 @@ return math.max(0, born + tonumber(ARGV[1]) - now)
 // ARGV[1] fence
 // ARGV[2] lease TTL (ms)
 // ARGV[3] event seq reservation (never lowered)
-// Returns 1 when renewed, 0 when the lease is gone or held under another fence.
-var renewScript = redis.NewScript(`
-if redis.call('HGET', KEYS[1], 'fence') ~= ARGV[1] then return 0 end
+// ARGV[4] holder
+// ARGV[5] attemptId
+// Returns 1 when renewed, 0 when the lease is gone or not the caller's
+// (another holder, attempt or fence).
+var renewScript = redis.NewScript(prelude + `
+if not holds(KEYS[1], ARGV[4], ARGV[5], ARGV[1]) then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 local cur = tonumber(redis.call('HGET', KEYS[2], 'seqmax') or '0')
 if tonumber(ARGV[3]) > cur then redis.call('HSET', KEYS[2], 'seqmax', ARGV[3]) end
 return 1
 `)
 
-// releaseScript deletes a lease held under fence.
+// releaseScript deletes a lease its caller holds.
 //
 // KEYS[1] teamster:{s}:lease
 // ARGV[1] fence
-// Returns 1 when released, 0 when the lease is gone or held under another fence.
-var releaseScript = redis.NewScript(`
-if redis.call('HGET', KEYS[1], 'fence') ~= ARGV[1] then return 0 end
+// ARGV[2] holder
+// ARGV[3] attemptId
+// Returns 1 when released, 0 when the lease is gone or not the caller's.
+var releaseScript = redis.NewScript(prelude + `
+if not holds(KEYS[1], ARGV[2], ARGV[3], ARGV[1]) then return 0 end
 redis.call('DEL', KEYS[1])
 return 1
 `)
@@ -256,7 +272,8 @@ return 1
 // ARGV[3] outcome: "ok" or an error code
 // ARGV[4] the encoded result
 // ARGV[5] TTL (ms) of the finished record
-// ARGV[6..] session record field, value pairs; an empty value deletes the field
+// ARGV[6] holder
+// ARGV[7..] session record field, value pairs; an empty value deletes the field
 // Returns "ok" (also for a retry of the same finish whose reply was lost),
 // "fenced" (lease lost), "finished" (another outcome exists) or "missing" (no
 // record: Redis lost it).
@@ -268,11 +285,11 @@ if st[3] then
   if st[2] == ARGV[2] and st[3] == ARGV[3] and st[4] == ARGV[4] then return 'ok' end
   return 'finished'
 end
-if st[2] ~= ARGV[2] or redis.call('HGET', KEYS[3], 'fence') ~= ARGV[2] then return 'fenced' end
+if st[2] ~= ARGV[2] or not holds(KEYS[3], ARGV[6], ARGV[1], ARGV[2]) then return 'fenced' end
 local now = now_ms()
 redis.call('HSET', KEYS[2], 'state', 'finished', 'outcome', ARGV[3], 'result', ARGV[4], 'finished', now, 'by', 'worker')
 redis.call('PEXPIRE', KEYS[2], ARGV[5])
-if #ARGV >= 7 then update_record(KEYS[4], 6, 'fence', ARGV[2], 'updated', now) end
+if #ARGV >= 8 then update_record(KEYS[4], 7, 'fence', ARGV[2], 'updated', now) end
 redis.call('LREM', KEYS[1], 0, ARGV[1])
 redis.call('DEL', KEYS[3])
 return 'ok'
@@ -281,7 +298,11 @@ return 'ok'
 // abandonScript records the outcome of an attempt whose worker lost its lease
 // (lease_lost, or a run that ended after the loss). It writes no session
 // record: a worker without its lease commits nothing. First writer wins, so a
-// worker_lost recorded by the fleet stays.
+// worker_lost recorded by the fleet stays. An attempt still recorded as
+// accepted was claimed on a node whose writes were lost (a failover): the
+// worker did claim it and acknowledged its message, so nobody else ever
+// will, and the outcome is recorded all the same, so that the attempt is
+// answered and its session's later turns are not held behind it.
 //
 // KEYS[1] teamster:{s}:order
 // KEYS[2] teamster:{s}:attempt:<attemptId>
@@ -291,6 +312,7 @@ return 'ok'
 // ARGV[3] outcome (an error code)
 // ARGV[4] the encoded result
 // ARGV[5] TTL (ms) of the finished record
+// ARGV[6] holder
 // Returns "ok", "finished", "fenced" (claimed under another fence) or "missing".
 var abandonScript = redis.NewScript(prelude + `
 local st = redis.call('HMGET', KEYS[2], 'state', 'fence', 'outcome', 'result')
@@ -299,12 +321,12 @@ if st[3] then
   if st[2] == ARGV[2] and st[3] == ARGV[3] and st[4] == ARGV[4] then return 'ok' end
   return 'finished'
 end
-if st[2] ~= ARGV[2] then return 'fenced' end
+if st[1] ~= 'accepted' and st[2] ~= ARGV[2] then return 'fenced' end
 local now = now_ms()
 redis.call('HSET', KEYS[2], 'state', 'finished', 'outcome', ARGV[3], 'result', ARGV[4], 'finished', now, 'by', 'worker')
 redis.call('PEXPIRE', KEYS[2], ARGV[5])
 redis.call('LREM', KEYS[1], 0, ARGV[1])
-if redis.call('HGET', KEYS[3], 'fence') == ARGV[2] then redis.call('DEL', KEYS[3]) end
+if holds(KEYS[3], ARGV[6], ARGV[1], ARGV[2]) then redis.call('DEL', KEYS[3]) end
 return 'ok'
 `)
 
@@ -316,14 +338,16 @@ return 'ok'
 // KEYS[1] teamster:{s}:attempt:<attemptId>
 // KEYS[2] teamster:{s}:lease
 // ARGV[1] fence of the claim
+// ARGV[2] holder
+// ARGV[3] attemptId
 // Returns 1 when given back, 0 when the attempt is no longer claimed under
 // that fence (the fleet settled it: leave it).
-var unclaimScript = redis.NewScript(`
+var unclaimScript = redis.NewScript(prelude + `
 local st = redis.call('HMGET', KEYS[1], 'state', 'fence', 'outcome')
 if st[1] ~= 'claimed' or st[2] ~= ARGV[1] or st[3] then return 0 end
 redis.call('HSET', KEYS[1], 'state', 'accepted')
 redis.call('HDEL', KEYS[1], 'worker', 'fence', 'claimed', 'ctoken')
-if redis.call('HGET', KEYS[2], 'fence') == ARGV[1] then redis.call('DEL', KEYS[2]) end
+if holds(KEYS[2], ARGV[2], ARGV[3], ARGV[1]) then redis.call('DEL', KEYS[2]) end
 return 1
 `)
 
@@ -374,11 +398,13 @@ return 1
 // KEYS[1] teamster:{s}:lease
 // KEYS[2] teamster:{s}:session
 // ARGV[1] fence
-// ARGV[2..] field, value pairs; an empty value deletes the field
-// Returns 1 when written, 0 when the lease is not held under fence.
+// ARGV[2] holder
+// ARGV[3] attemptId
+// ARGV[4..] field, value pairs; an empty value deletes the field
+// Returns 1 when written, 0 when the lease is not the caller's.
 var writeSessionScript = redis.NewScript(prelude + `
-if redis.call('HGET', KEYS[1], 'fence') ~= ARGV[1] then return 0 end
-update_record(KEYS[2], 2, 'fence', ARGV[1], 'updated', now_ms())
+if not holds(KEYS[1], ARGV[2], ARGV[3], ARGV[1]) then return 0 end
+update_record(KEYS[2], 4, 'fence', ARGV[1], 'updated', now_ms())
 return 1
 `)
 
@@ -386,7 +412,7 @@ return 1
 // other reapers for a visibility window (a reaper that dies mid-way leaves them
 // to be picked up again).
 //
-// KEYS[1] teamster:{reaper}:due
+// KEYS[1] teamster:{reaper-<k>}:due, one shard of the reaper index
 // ARGV[1] at most this many entries
 // ARGV[2] visibility window (ms)
 // Returns the due members.
@@ -452,6 +478,32 @@ local f = redis.call('HMGET', KEYS[2], 'outcome', 'result', 'harness', 'worker',
 return {action, f[1] or '', f[2] or '', f[3] or '', f[4] or '', f[5] or '', f[6] or '', f[7] or '0'}
 `)
 
+// adoptScript makes an attempt's record agree with its durable result. The
+// results stream keeps the first result published for an attempt and
+// refuses any other: that result is the attempt's outcome. A record can
+// disagree with it only after a failover lost writes (the worker's outcome
+// went with the old primary, and the fleet settled the attempt again on the
+// promoted one); the reaper that finds the stream holding another result
+// than the one it tried to publish adopts it here, so the attempt has one
+// outcome everywhere. A live lease is left alone.
+//
+// KEYS[1] teamster:{s}:order
+// KEYS[2] teamster:{s}:attempt:<attemptId>
+// ARGV[1] attemptId
+// ARGV[2] the durable result's outcome ("ok" or its error code)
+// ARGV[3] TTL (ms) of a record once finished
+// Returns 1 when the record changed, 0 when it agreed already or is gone.
+var adoptScript = redis.NewScript(prelude + `
+local st = redis.call('HMGET', KEYS[2], 'state', 'outcome')
+if not st[1] then return 0 end
+if st[1] == 'finished' and st[2] == ARGV[2] then return 0 end
+redis.call('HSET', KEYS[2], 'state', 'finished', 'outcome', ARGV[2], 'by', 'stream', 'finished', now_ms())
+redis.call('HDEL', KEYS[2], 'result')
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+redis.call('LREM', KEYS[1], 0, ARGV[1])
+return 1
+`)
+
 // grantScript grants a source authority generation. A revoked generation, and
 // every one below it, can never be granted again; a grant never lowers the
 // current generation.
@@ -487,7 +539,7 @@ return revoked
 
 // allScripts is every script, for loading them up front.
 var allScripts = []*redis.Script{
-	epochScript, acceptScript, unacceptScript, claimScript, renewScript, releaseScript,
+	acceptScript, unacceptScript, claimScript, markNodeScript, renewScript, releaseScript,
 	finishScript, abandonScript, markPublishedScript, sentScript, writeSessionScript, dueScript,
-	reapScript, grantScript, revokeScript, sessionOpScript, unclaimScript, bootScript,
+	reapScript, adoptScript, grantScript, revokeScript, sessionOpScript, unclaimScript,
 }

@@ -28,9 +28,6 @@ func TestHashSlotMatchesRedis(t *testing.T) {
 func TestEveryScriptIsGivenKeysOfOneSlot(t *testing.T) {
 	s := newStore(t)
 	k := newKeeper(t, s, "w1", 5*time.Second, nil)
-	if _, err := s.Epoch(ctx, "sess"); err != nil {
-		t.Fatal(err)
-	}
 	accept(t, s, "sess", "a1", time.Minute)
 	accept(t, s, "sess", "a2", time.Minute)
 	accept(t, s, "sess", "a3", time.Minute)
@@ -63,10 +60,16 @@ func TestEveryScriptIsGivenKeysOfOneSlot(t *testing.T) {
 	if _, err := s.ConfirmSent(ctx, "sess", "a1", "test"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Due(ctx, 10, time.Second); err != nil {
+	if _, _, err := s.Due(ctx, 10, time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Reap(ctx, DueEntry{Tag: Tag("sess"), AttemptID: "a1"}, 0, "reaper-test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Adopt(ctx, Tag("sess"), "a1", OutcomeOK); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.MarkNodes(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.GrantSource(ctx, "src", 1); err != nil {

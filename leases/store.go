@@ -117,13 +117,6 @@ func newEpoch() string {
 	return hex.EncodeToString(b[:])
 }
 
-// Epoch returns the fence epoch of sessionKey's session, starting a new one when
-// Redis has none (a new session, or a Redis that lost its data).
-func (s *Store) Epoch(ctx context.Context, sessionKey string) (string, error) {
-	k := keysFor(sessionKey)
-	return epochScript.Run(ctx, s.rdb, []string{k.fence()}, newEpoch()).Text()
-}
-
 // AcceptArgs describes an attempt being accepted.
 type AcceptArgs struct {
 	SessionKey string
@@ -187,7 +180,7 @@ func (s *Store) Accept(ctx context.Context, a AcceptArgs) (Accepted, error) {
 	// trip; a conflict is undone below.
 	idKey := attemptIDKey(a.AttemptID)
 	claimID := redis.NewBoolCmd(ctx, "set", idKey, k.tag, "px", ttl.Milliseconds(), "nx")
-	index := redis.NewIntCmd(ctx, "zadd", ReaperIndexKey, "nx", member.Score, member.Member)
+	index := redis.NewIntCmd(ctx, "zadd", k.index(), "nx", member.Score, member.Member)
 	accept := s.script(ctx, []redis.Cmder{claimID, index}, acceptScript, keys, args...)
 	for _, c := range []redis.Cmder{accept, claimID, index} {
 		if err := c.Err(); err != nil {
@@ -334,7 +327,7 @@ func (s *Store) ConfirmSentTag(ctx context.Context, tag, attemptID, by string) (
 }
 
 func (s *Store) confirmSent(ctx context.Context, tag, attemptID, by string) (bool, error) {
-	unindex := redis.NewIntCmd(ctx, "zrem", ReaperIndexKey, indexMember(tag, attemptID))
+	unindex := redis.NewIntCmd(ctx, "zrem", indexKeyOf(tag), indexMember(tag, attemptID))
 	n, err := s.script(ctx, []redis.Cmder{unindex}, sentScript, []string{keysOfTag(tag).attempt(attemptID)}, by).Int()
 	if err != nil {
 		return false, fmt.Errorf("confirm sent: %w", err)

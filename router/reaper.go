@@ -75,8 +75,9 @@ func (rp *reaper) loop() {
 			return
 		case <-t.C:
 		}
-		for rp.sweep() == reapBatch {
-			// A full batch: more are due; keep going unless stopped.
+		for rp.sweep() {
+			// A full batch from some shard: more are due; keep going
+			// unless stopped.
 			select {
 			case <-rp.stopCh:
 				return
@@ -86,19 +87,20 @@ func (rp *reaper) loop() {
 	}
 }
 
-// sweep handles one batch of due entries and returns how many there were.
-func (rp *reaper) sweep() int {
+// sweep handles one batch of due entries from every index shard and
+// reports whether some shard had a full batch (more are due).
+func (rp *reaper) sweep() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), reapVisibility/2)
 	defer cancel()
-	entries, err := rp.store.Due(ctx, reapBatch, reapVisibility)
+	entries, full, err := rp.store.Due(ctx, reapBatch, reapVisibility)
 	if err != nil {
 		rp.log.Warn("reaper: " + err.Error())
-		return 0
+		return false
 	}
 	for _, e := range entries {
 		rp.reap(ctx, e)
 	}
-	return len(entries)
+	return full
 }
 
 func (rp *reaper) reap(ctx context.Context, e leases.DueEntry) {
@@ -140,6 +142,7 @@ func (rp *reaper) publish(ctx context.Context, log logrus.FieldLogger, e leases.
 	switch {
 	case exists:
 		log.Info("reaper: another result was published first; nothing owed")
+		rp.adopt(ctx, log, e, res)
 	case err != nil:
 		log.Warn("reaper: publish failed; retried after the visibility window: " + err.Error())
 		return
@@ -221,6 +224,40 @@ func (rp *reaper) confirm(ctx context.Context, log logrus.FieldLogger, e leases.
 	})
 	if err != nil {
 		log.Warn("reaper: the result event's sending not confirmed; a reaper may send it again: " + err.Error())
+	}
+}
+
+// adopt makes the record agree with the durable result that stands, when
+// it is not the outcome the reaper found recorded: after a failover that
+// lost the worker's outcome, the fleet settles the attempt again on the
+// promoted primary, but the results stream kept the worker's result, and
+// that is the attempt's one outcome.
+func (rp *reaper) adopt(ctx context.Context, log logrus.FieldLogger, e leases.DueEntry, res leases.Reaped) {
+	body, err := bus.GetResultBody(ctx, rp.js, e.AttemptID)
+	if err != nil {
+		log.Warn("reaper: the durable result could not be read to check the recorded outcome: " + err.Error())
+		return
+	}
+	var r bus.Result
+	if err := bus.Decode(body, &r); err != nil {
+		log.Error("reaper: the durable result does not decode: " + err.Error())
+		return
+	}
+	outcome := leases.OutcomeOK
+	if r.Error != nil {
+		outcome = string(r.Error.Code)
+	}
+	if outcome == res.Outcome {
+		return
+	}
+	changed, err := rp.store.Adopt(ctx, e.Tag, e.AttemptID, outcome)
+	switch {
+	case err != nil:
+		log.Warn("reaper: " + err.Error())
+	case changed:
+		log.WithFields(logrus.Fields{"recorded": res.Outcome, "outcome": outcome}).
+			Warn("reaper: the recorded outcome disagreed with the durable result (writes lost in a Redis failover); the record now holds the durable one")
+		rp.m.Adopted.Inc()
 	}
 }
 

@@ -66,6 +66,7 @@ type Router struct {
 
 	registry *registryView
 	reaper   *reaper
+	nodes    *nodeWatcher
 
 	mu       sync.Mutex
 	subs     []*nats.Subscription
@@ -101,6 +102,7 @@ func New(p Params) (*Router, error) {
 		handlers: gopool.New(handlerIdle)}
 	r.debug = logging.DebugEnabled(p.Logger)
 	r.reaper = newReaper(reaperParams{store: r.store, js: js, nc: p.NATS, interval: p.ReaperInterval, log: r.log, m: p.Metrics})
+	r.nodes = newNodeWatcher(nodeWatcherParams{store: r.store, interval: nodeWatchInterval, log: r.log, m: p.Metrics})
 	return r, nil
 }
 
@@ -135,6 +137,7 @@ func (r *Router) Start(ctx context.Context) error {
 		}
 	}
 	r.reaper.start()
+	r.nodes.start()
 	r.log.Info("router serving")
 	return nil
 }
@@ -174,6 +177,7 @@ func (r *Router) Stop() {
 	r.inflight.Wait()
 	r.handlers.Close()
 	r.reaper.stop()
+	r.nodes.stop()
 	if r.registry != nil {
 		r.registry.stop()
 	}

@@ -24,11 +24,14 @@ type Config struct {
 	LeaseTTLMs int64 `json:"leaseTtlMs"`
 	// DrainTimeoutMs bounds a drain; default 60000.
 	DrainTimeoutMs int64 `json:"drainTimeoutMs"`
-	// NewEpochQuarantineMs: after a Redis lost its data (restarted without
-	// persistence), no session starts a new fence epoch for this long, so
-	// that every lease granted before the loss has self-fenced first. It
-	// must be at least the longest leaseTtlMs in the fleet; default
-	// leaseTtlMs; -1 turns it off (only for a Redis known to be fresh).
+	// NewEpochQuarantineMs: once the fleet sees a Redis node begin to serve
+	// a hash slot that it may have taken over without its predecessor's
+	// last writes (a promoted replica, a restarted or emptied node), no
+	// session of the slot starts a new fence epoch for this long, so that
+	// every lease granted before has self-fenced first. It must satisfy the
+	// inequality in docs/ARCHITECTURE.md ("Fencing across failovers"), so at
+	// least the longest leaseTtlMs in the fleet; default leaseTtlMs; -1
+	// turns it off (only for a Redis known to be fresh, as in tests).
 	NewEpochQuarantineMs int64 `json:"newEpochQuarantineMs,omitempty"`
 	// Harnesses are the harnesses the worker hosts.
 	Harnesses []HarnessConfig `json:"harnesses"`
@@ -135,8 +138,9 @@ func (c *Config) Validate() error {
 // LeaseTTL is the lease TTL.
 func (c *Config) LeaseTTL() time.Duration { return time.Duration(c.LeaseTTLMs) * time.Millisecond }
 
-// NewEpochQuarantine is the quarantine after a Redis data loss, as
-// leases.KeeperParams takes it: 0 for the lease TTL, negative for none.
+// NewEpochQuarantine is the quarantine of new fence epochs on a Redis node
+// that took a slot over, as leases.KeeperParams takes it: 0 for the lease
+// TTL, negative for none.
 func (c *Config) NewEpochQuarantine() time.Duration {
 	return time.Duration(c.NewEpochQuarantineMs) * time.Millisecond
 }

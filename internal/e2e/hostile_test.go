@@ -389,7 +389,7 @@ func redisValue(ctx context.Context, rdb *redis.Client, k string) (string, time.
 		var ms []string
 		for _, z := range zs {
 			m := fmt.Sprint(z.Member)
-			if k != leases.ReaperIndexKey {
+			if !leases.IsIndexKey(k) {
 				m += "@" + strconv.FormatFloat(z.Score, 'f', -1, 64)
 			}
 			ms = append(ms, m)

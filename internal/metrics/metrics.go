@@ -22,6 +22,8 @@ type Router struct {
 	Rejected  *prometheus.CounterVec // by code
 	Reaped    *prometheus.CounterVec // by outcome
 	Resent    prometheus.Counter     // result events sent for a marker that did not confirm sending
+	Adopted   prometheus.Counter     // records made to agree with the durable result
+	NodeMarks prometheus.Counter     // slots whose Redis node the routers saw change
 	Injected  *prometheus.CounterVec // inject requests routed, by outcome
 }
 
@@ -37,6 +39,10 @@ func NewRouter(reg prometheus.Registerer) *Router {
 			Help: "Results the reaper published, by outcome (queue_timeout, worker_lost, or a worker's outcome republished)."}, []string{"outcome"}),
 		Resent: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Subsystem: "router", Name: "result_events_resent_total",
 			Help: "Result events the reaper sent because their marker (a worker or another reaper) did not confirm sending them within the send window: it died or stalled after publishing the result."}),
+		Adopted: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Subsystem: "router", Name: "outcomes_adopted_total",
+			Help: "Attempt records the reaper made agree with the attempt's durable result, because the recorded outcome was another (writes lost in a Redis failover)."}),
+		NodeMarks: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Subsystem: "router", Name: "redis_slot_node_changes_total",
+			Help: "Hash slots whose serving Redis node the router saw change (a failover, restart or data loss): their sessions' next fence epochs wait the quarantine."}),
 		Injected: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: "router", Name: "injections_total",
 			Help: "Inject requests the router routed, by outcome (accepted or an error code)."}, []string{"outcome"}),
 	}
