@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -26,8 +27,10 @@ import (
 )
 
 type devOptions struct {
-	natsPort      int
-	redisURL      string
+	natsPort int
+	// redis are the settings of an external Redis (--redis-url and
+	// --redis-mode given); nil starts a redis-server.
+	redis         *cmdutil.Common
 	workers       int
 	workerConfig  string
 	runtimeConfig string
@@ -42,8 +45,9 @@ func devCmd(common *cmdutil.Common) *cobra.Command {
 		Short: "Run a whole local fleet in this process",
 		Long: `dev runs a whole fleet in one process: an embedded NATS server with JetStream
 (listening on --nats-port, so the CLI and your own processes can connect),
-Redis from --redis-url or TEAMSTER_REDIS_URL when either is given, else a
-redis-server it starts on a free port, one router, and --workers workers hosting the built-in scripted
+Redis from --redis-url or TEAMSTER_REDIS_URL when either is given (read as
+--redis-mode says: standalone, sentinel or cluster), else a redis-server it
+starts on a free port, one router, and --workers workers hosting the built-in scripted
 harness under the ids of a sample config ("codex" for openai routes,
 "claude-cli" for anthropic), or the harnesses of --worker-config.
 
@@ -57,7 +61,10 @@ SIGTERM, then drains the workers and stops.`,
 			// Redis given by flag or environment is used; otherwise dev
 			// starts its own redis-server.
 			if cmd.Flags().Changed("redis-url") || os.Getenv(cmdutil.EnvRedisURL) != "" {
-				o.redisURL = common.RedisURL
+				external := *common
+				o.redis = &external
+			} else if m := strings.ToLower(common.RedisMode); m != "" && m != cmdutil.RedisStandalone {
+				return fmt.Errorf("--redis-mode %s needs --redis-url: without one dev starts a standalone redis-server", common.RedisMode)
 			}
 			return runDev(cmd.Context(), cmd.OutOrStdout(), common, o)
 		},
@@ -77,10 +84,11 @@ type devFleet struct {
 	nats     *server.Server
 	redis    *redisproc.Redis
 	redisURL string
+	redisCfg *cmdutil.Common // how connect reaches Redis
 	router   *router.Router
 	workers  []*worker.Worker
 	conns    []*nats.Conn
-	rdbs     []*redis.Client
+	rdbs     []redis.UniversalClient
 	tmp      string
 	log      *logrus.Logger
 }
@@ -133,16 +141,17 @@ func startDev(ctx context.Context, log *logrus.Logger, o devOptions) (*devFleet,
 	if f.nats, err = bus.StartEmbedded(bus.EmbeddedOptions{Port: o.natsPort, StoreDir: store}); err != nil {
 		return f, fmt.Errorf("embedded NATS on port %d: %w (is another server using it? try --nats-port 0)", o.natsPort, err)
 	}
-	f.redisURL = o.redisURL
-	if f.redisURL == "" {
+	f.redisCfg = o.redis
+	if f.redisCfg == nil {
 		if err := os.MkdirAll(filepath.Join(tmp, "redis"), 0o755); err != nil {
 			return f, err
 		}
 		if f.redis, err = redisproc.Start(filepath.Join(tmp, "redis")); err != nil {
 			return f, err
 		}
-		f.redisURL = f.redis.URL()
+		f.redisCfg = &cmdutil.Common{RedisURL: f.redis.URL(), RedisMode: cmdutil.RedisStandalone}
 	}
+	f.redisURL = f.redisCfg.RedisURL
 	var policy *selection.Policy
 	if o.runtimeConfig != "" {
 		if policy, err = selection.LoadPolicy(o.runtimeConfig); err != nil {
@@ -207,17 +216,16 @@ func startDev(ctx context.Context, log *logrus.Logger, o devOptions) (*devFleet,
 	return f, nil
 }
 
-func (f *devFleet) connect(name string) (*nats.Conn, *redis.Client, error) {
+func (f *devFleet) connect(name string) (*nats.Conn, redis.UniversalClient, error) {
 	nc, err := nats.Connect(f.nats.ClientURL(), nats.Name(name), nats.MaxReconnects(-1))
 	if err != nil {
 		return nil, nil, err
 	}
-	opts, err := redis.ParseURL(f.redisURL)
+	rdb, err := f.redisCfg.NewRedis()
 	if err != nil {
 		nc.Close()
 		return nil, nil, err
 	}
-	rdb := redis.NewClient(opts)
 	f.conns = append(f.conns, nc)
 	f.rdbs = append(f.rdbs, rdb)
 	return nc, rdb, nil

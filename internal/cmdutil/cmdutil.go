@@ -5,9 +5,14 @@ package cmdutil
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"os/signal"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
@@ -26,6 +31,7 @@ import (
 const (
 	EnvNATSURL       = "TEAMSTER_NATS_URL"
 	EnvRedisURL      = "TEAMSTER_REDIS_URL"
+	EnvRedisMode     = "TEAMSTER_REDIS_MODE"
 	EnvLogLevel      = "TEAMSTER_LOG_LEVEL"
 	EnvLogFormat     = "TEAMSTER_LOG_FORMAT"
 	EnvMetricsAddr   = "TEAMSTER_METRICS_ADDR"
@@ -36,6 +42,22 @@ const (
 
 	DefaultNATSURL  = "nats://127.0.0.1:4222"
 	DefaultRedisURL = "redis://127.0.0.1:6379/0"
+)
+
+// The Redis modes (--redis-mode): how --redis-url is read and which go-redis
+// client connects.
+const (
+	// RedisStandalone is one Redis: redis://[user:pass@]host:port/db,
+	// rediss://... or unix:///path (redis.ParseURL, redis.NewClient).
+	RedisStandalone = "standalone"
+	// RedisSentinel is a primary found through Sentinels:
+	// redis://[user:pass@]sentinel1:26379/db?master_name=NAME&addr=sentinel2:26379
+	// (redis.ParseFailoverURL, redis.NewFailoverClient).
+	RedisSentinel = "sentinel"
+	// RedisCluster is a Redis Cluster:
+	// redis://[user:pass@]seed1:7000?addr=seed2:7001 (redis.ParseClusterURL,
+	// redis.NewClusterClient).
+	RedisCluster = "cluster"
 )
 
 // Env returns the environment variable name, or def when it is unset or empty.
@@ -50,6 +72,7 @@ func Env(name, def string) string {
 type Common struct {
 	NATSURL   string
 	RedisURL  string
+	RedisMode string // RedisStandalone (also when empty), RedisSentinel or RedisCluster
 	LogLevel  string
 	LogFormat string
 	// NATS authentication and TLS beyond what the URL carries.
@@ -58,13 +81,22 @@ type Common struct {
 	NATSCert  string
 	NATSKey   string
 	NATSNKey  string
+	// Redis TLS beyond what a rediss:// URL carries.
+	RedisCA   string
+	RedisCert string
+	RedisKey  string
 }
 
-// AddCommon registers --nats-url, --redis-url, --log-level and --log-format,
-// with defaults from the environment.
+// AddCommon registers --nats-url, --redis-url, --redis-mode, --log-level,
+// --log-format and the NATS and Redis credential and TLS flags, with
+// defaults from the environment.
 func AddCommon(fs *pflag.FlagSet, c *Common) {
 	fs.StringVar(&c.NATSURL, "nats-url", Env(EnvNATSURL, DefaultNATSURL), "NATS server URL(s), comma-separated (env "+EnvNATSURL+")")
-	fs.StringVar(&c.RedisURL, "redis-url", Env(EnvRedisURL, DefaultRedisURL), "Redis URL, redis:// or rediss:// (env "+EnvRedisURL+")")
+	fs.StringVar(&c.RedisURL, "redis-url", Env(EnvRedisURL, DefaultRedisURL), "Redis URL, redis:// or rediss:// (env "+EnvRedisURL+"); in sentinel mode the Sentinels' (master_name=NAME&addr=host:port for the others), in cluster mode seed nodes' (addr=host:port for the others)")
+	fs.StringVar(&c.RedisMode, "redis-mode", Env(EnvRedisMode, RedisStandalone), "how to reach Redis: standalone, sentinel or cluster (env "+EnvRedisMode+")")
+	fs.StringVar(&c.RedisCA, "redis-tls-ca", Env("TEAMSTER_REDIS_TLS_CA", ""), "CA certificate(s) to verify Redis with a rediss:// URL (PEM; env TEAMSTER_REDIS_TLS_CA)")
+	fs.StringVar(&c.RedisCert, "redis-tls-cert", Env("TEAMSTER_REDIS_TLS_CERT", ""), "client certificate for Redis mutual TLS (PEM; env TEAMSTER_REDIS_TLS_CERT)")
+	fs.StringVar(&c.RedisKey, "redis-tls-key", Env("TEAMSTER_REDIS_TLS_KEY", ""), "client key for Redis mutual TLS (PEM; env TEAMSTER_REDIS_TLS_KEY)")
 	fs.StringVar(&c.LogLevel, "log-level", Env(EnvLogLevel, "info"), "log level: debug, info, warn, error (env "+EnvLogLevel+")")
 	fs.StringVar(&c.LogFormat, "log-format", Env(EnvLogFormat, "text"), "log format: text or json (env "+EnvLogFormat+")")
 	fs.StringVar(&c.NATSCreds, "nats-creds", Env("TEAMSTER_NATS_CREDS", ""), "NATS credentials file (JWT and NKey seed; env TEAMSTER_NATS_CREDS)")
@@ -154,20 +186,138 @@ func (c *Common) ConnectNATS(name string, log logrus.FieldLogger) (*nats.Conn, e
 	return nc, nil
 }
 
-// Redis returns a Redis client for the URL and checks that Redis answers.
-func (c *Common) Redis(ctx context.Context) (*redis.Client, error) {
-	opts, err := redis.ParseURL(c.RedisURL)
+// Redis returns the Redis client of the settings (NewRedis) once Redis
+// answers PING.
+func (c *Common) Redis(ctx context.Context) (redis.UniversalClient, error) {
+	rdb, where, err := c.newRedis()
 	if err != nil {
-		return nil, fmt.Errorf("--redis-url: %w", err)
+		return nil, err
 	}
-	rdb := redis.NewClient(opts)
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		rdb.Close()
-		return nil, fmt.Errorf("connect to Redis at %s: %w", opts.Addr, err)
+		return nil, fmt.Errorf("connect to Redis (%s): %w", where, err)
 	}
 	return rdb, nil
+}
+
+// NewRedis returns the Redis client of the settings without contacting
+// Redis: a *redis.Client in standalone mode, a failover *redis.Client in
+// sentinel mode, a *redis.ClusterClient in cluster mode.
+//
+// In sentinel mode the URL's user information authenticates to the
+// Sentinels (go-redis's SentinelUsername and SentinelPassword); the
+// primary and replicas take the username and password query parameters,
+// and when the URL has neither, the Sentinels' user and password.
+func (c *Common) NewRedis() (redis.UniversalClient, error) {
+	rdb, _, err := c.newRedis()
+	return rdb, err
+}
+
+// newRedis is NewRedis, and where the client connects, for errors: the
+// mode and the addresses, never a password.
+func (c *Common) newRedis() (redis.UniversalClient, string, error) {
+	mode := strings.ToLower(c.RedisMode)
+	if mode == "" {
+		mode = RedisStandalone
+	}
+	badURL := func(err error) error {
+		var ue *url.Error
+		if errors.As(err, &ue) { // its text holds the whole URL
+			err = ue.Err
+		}
+		return fmt.Errorf("--redis-url %s (%s mode): %w", redactRedisURL(c.RedisURL), mode, err)
+	}
+	switch mode {
+	case RedisStandalone:
+		opts, err := redis.ParseURL(c.RedisURL)
+		if err != nil {
+			return nil, "", badURL(err)
+		}
+		if opts.TLSConfig, err = c.redisTLS(opts.TLSConfig); err != nil {
+			return nil, "", err
+		}
+		return redis.NewClient(opts), fmt.Sprintf("standalone mode, at %s", opts.Addr), nil
+	case RedisSentinel:
+		opts, err := redis.ParseFailoverURL(c.RedisURL)
+		if err != nil {
+			return nil, "", badURL(err)
+		}
+		if opts.MasterName == "" {
+			return nil, "", badURL(errors.New("no master_name parameter: the name the Sentinels monitor the primary under"))
+		}
+		if q := mustQuery(c.RedisURL); !q.Has("username") && !q.Has("password") {
+			opts.Username, opts.Password = opts.SentinelUsername, opts.SentinelPassword
+		}
+		if opts.TLSConfig, err = c.redisTLS(opts.TLSConfig); err != nil {
+			return nil, "", err
+		}
+		where := fmt.Sprintf("sentinel mode, master %q through the Sentinels %s", opts.MasterName, strings.Join(opts.SentinelAddrs, ", "))
+		return redis.NewFailoverClient(opts), where, nil
+	case RedisCluster:
+		opts, err := redis.ParseClusterURL(c.RedisURL)
+		if err != nil {
+			return nil, "", badURL(err)
+		}
+		if opts.TLSConfig, err = c.redisTLS(opts.TLSConfig); err != nil {
+			return nil, "", err
+		}
+		return redis.NewClusterClient(opts), fmt.Sprintf("cluster mode, seeds %s", strings.Join(opts.Addrs, ", ")), nil
+	default:
+		return nil, "", fmt.Errorf("--redis-mode %q (env %s): want %s, %s or %s", c.RedisMode, EnvRedisMode, RedisStandalone, RedisSentinel, RedisCluster)
+	}
+}
+
+// redisTLS adds --redis-tls-ca, --redis-tls-cert and --redis-tls-key to
+// the TLS configuration a rediss:// URL gave (nil for redis://).
+func (c *Common) redisTLS(cfg *tls.Config) (*tls.Config, error) {
+	if c.RedisCA == "" && c.RedisCert == "" && c.RedisKey == "" {
+		return cfg, nil
+	}
+	if cfg == nil {
+		return nil, errors.New("--redis-tls-ca, --redis-tls-cert and --redis-tls-key need a rediss:// --redis-url")
+	}
+	if c.RedisCA != "" {
+		pem, err := os.ReadFile(c.RedisCA)
+		if err != nil {
+			return nil, fmt.Errorf("--redis-tls-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--redis-tls-ca %s: no PEM certificate", c.RedisCA)
+		}
+		cfg.RootCAs = pool
+	}
+	if (c.RedisCert == "") != (c.RedisKey == "") {
+		return nil, errors.New("--redis-tls-cert and --redis-tls-key go together")
+	}
+	if c.RedisCert != "" {
+		cert, err := tls.LoadX509KeyPair(c.RedisCert, c.RedisKey)
+		if err != nil {
+			return nil, fmt.Errorf("--redis-tls-cert, --redis-tls-key: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
+
+// mustQuery is the query of a URL that has parsed before.
+func mustQuery(u string) url.Values {
+	p, err := url.Parse(u)
+	if err != nil {
+		return nil
+	}
+	return p.Query()
+}
+
+// passwordParam is a password in a URL's query (sentinel mode's primary
+// password).
+var passwordParam = regexp.MustCompile(`(?i)([?&](sentinel_)?password=)[^&]*`)
+
+// redactRedisURL hides the user information and a password parameter.
+func redactRedisURL(u string) string {
+	return passwordParam.ReplaceAllString(redactURL(u), "${1}***")
 }
 
 // redactURL hides a password in a URL.

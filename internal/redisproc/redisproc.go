@@ -1,10 +1,17 @@
 // Package redisproc runs a real redis-server process on a free loopback port:
 // what `teamster dev` starts when no Redis is configured, and what the tests
 // talk to. It can be stopped, killed, paused and restarted.
+//
+// It also runs replicated topologies of real processes for the tests and the
+// chaos suite: a primary with replicas under three Sentinels (sentinel.go), a
+// three-shard Redis Cluster (cluster.go), and the proxy both put in front of
+// a primary to freeze its replication (proxy.go).
 package redisproc
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -27,17 +34,112 @@ type Redis struct {
 	mu   sync.Mutex
 	dir  string
 	port int
+	opts Options
+	tls  *tls.Config // what clients use, when opts.TLS is set
 	cmd  *exec.Cmd
 	done chan struct{}
 }
 
+// Options are what StartWith adds to a plain Start.
+type Options struct {
+	// Port is the port to listen on; 0 picks a free one.
+	Port int
+	// ConfigFile, when set, is the configuration file redis-server reads
+	// first (the command-line arguments override it). A Sentinel needs
+	// one it can rewrite.
+	ConfigFile string
+	// Sentinel runs the process as a Sentinel (redis-server <ConfigFile>
+	// --sentinel); it needs ConfigFile.
+	Sentinel bool
+	// Args are extra redis-server arguments, e.g. "--replicaof", "127.0.0.1",
+	// "6380". They come after the defaults, which they override.
+	Args []string
+	// Username and Password are what the start-up check and Client
+	// authenticate with, for a server whose Args require it.
+	Username, Password string
+	// TLS, when set, makes the server listen with TLS only, on its port.
+	TLS *TLS
+}
+
+// TLS are the certificate files of a server that speaks TLS only. The
+// server also uses them for its own outgoing links (replication, cluster
+// bus, Sentinel to its peers), so they must be valid for 127.0.0.1 as a
+// server and as a client.
+type TLS struct {
+	CAFile   string // the CA that signed every certificate; servers and clients trust it
+	CertFile string // the server's certificate (PEM)
+	KeyFile  string // its key (PEM)
+	// ClientCertFile and ClientKeyFile, when set, are the certificate that
+	// Client and the start-up check present; the server then requires one
+	// from every client (tls-auth-clients yes). Unset, it requires none.
+	ClientCertFile, ClientKeyFile string
+}
+
+// args are the redis-server arguments that turn TLS on for port.
+func (t *TLS) args(port int) []string {
+	auth := "no"
+	if t.ClientCertFile != "" {
+		auth = "yes"
+	}
+	return []string{
+		"--port", "0",
+		"--tls-port", strconv.Itoa(port),
+		"--tls-cert-file", t.CertFile,
+		"--tls-key-file", t.KeyFile,
+		"--tls-ca-cert-file", t.CAFile,
+		"--tls-auth-clients", auth,
+		"--tls-replication", "yes",
+	}
+}
+
+// ClientConfig is the TLS configuration of a client of the server: it
+// trusts CAFile and presents the client certificate when there is one.
+func (t *TLS) ClientConfig() (*tls.Config, error) {
+	pem, err := os.ReadFile(t.CAFile)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s: no PEM certificate", t.CAFile)
+	}
+	cfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	if t.ClientCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.ClientCertFile, t.ClientKeyFile)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
+
 // Start starts redis-server on a free loopback port with its files in dir.
 // It fails when redis-server is not installed (run `make deps`).
-func Start(dir string) (*Redis, error) {
+func Start(dir string) (*Redis, error) { return StartWith(dir, Options{}) }
+
+// StartWith starts redis-server as Start does, with the extra settings of o.
+func StartWith(dir string, o Options) (*Redis, error) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		return nil, fmt.Errorf("redis-server not found on PATH (run `make deps`): %w", err)
 	}
-	r := &Redis{dir: dir}
+	if o.Sentinel && o.ConfigFile == "" {
+		return nil, errors.New("a Sentinel needs a ConfigFile")
+	}
+	r := &Redis{dir: dir, opts: o}
+	if o.TLS != nil {
+		var err error
+		if r.tls, err = o.TLS.ClientConfig(); err != nil {
+			return nil, fmt.Errorf("redis-server TLS: %w", err)
+		}
+	}
+	if o.Port != 0 {
+		r.port = o.Port
+		if err := r.start(); err != nil {
+			return nil, err
+		}
+		return r, nil
+	}
 	var err error
 	for i := 0; i < 5; i++ {
 		if r.port, err = FreePort(); err != nil {
@@ -50,8 +152,14 @@ func Start(dir string) (*Redis, error) {
 	return nil, err
 }
 
-// URL is the redis:// address of the server.
-func (r *Redis) URL() string { return fmt.Sprintf("redis://127.0.0.1:%d/0", r.port) }
+// URL is the redis:// address of the server (rediss:// with TLS), without
+// credentials.
+func (r *Redis) URL() string {
+	if r.opts.TLS != nil {
+		return fmt.Sprintf("rediss://127.0.0.1:%d/0", r.port)
+	}
+	return fmt.Sprintf("redis://127.0.0.1:%d/0", r.port)
+}
 
 // Addr is host:port of the server.
 func (r *Redis) Addr() string { return fmt.Sprintf("127.0.0.1:%d", r.port) }
@@ -66,7 +174,14 @@ func (r *Redis) start() error {
 		return errors.New("redis-server already running")
 	}
 	logFile := filepath.Join(r.dir, fmt.Sprintf("redis-%d.log", r.port))
-	cmd := exec.Command("redis-server",
+	var args []string
+	if r.opts.ConfigFile != "" {
+		args = append(args, r.opts.ConfigFile)
+	}
+	if r.opts.Sentinel {
+		args = append(args, "--sentinel")
+	}
+	args = append(args,
 		"--port", strconv.Itoa(r.port),
 		"--bind", "127.0.0.1",
 		"--dir", r.dir,
@@ -80,6 +195,11 @@ func (r *Redis) start() error {
 		// (ARCHITECTURE.md, "Record lifetimes").
 		"--hash-max-listpack-value", "1024",
 	)
+	if r.opts.TLS != nil {
+		args = append(args, r.opts.TLS.args(r.port)...)
+	}
+	args = append(args, r.opts.Args...)
+	cmd := exec.Command("redis-server", args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
@@ -87,7 +207,7 @@ func (r *Redis) start() error {
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	r.cmd, r.done = cmd, done
-	if err := waitRedis(r.Addr(), done, 10*time.Second); err != nil {
+	if err := waitRedis(r.options(), done, 10*time.Second); err != nil {
 		_ = cmd.Process.Kill()
 		<-done
 		r.cmd = nil
@@ -97,8 +217,10 @@ func (r *Redis) start() error {
 	return nil
 }
 
-func waitRedis(addr string, exited <-chan struct{}, timeout time.Duration) error {
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+// waitRedis waits until the server of opts answers PING.
+func waitRedis(opts *redis.Options, exited <-chan struct{}, timeout time.Duration) error {
+	opts.MaxRetries, opts.DialTimeout = -1, 200*time.Millisecond
+	c := redis.NewClient(opts)
 	defer c.Close()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -176,8 +298,19 @@ func (r *Redis) signal(sig syscall.Signal) error {
 }
 
 // Client returns a new go-redis client for the server; the caller closes it.
-func (r *Redis) Client() *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: r.Addr()})
+func (r *Redis) Client() *redis.Client { return redis.NewClient(r.options()) }
+
+// options are the client options for the server: its address, and the
+// credentials and TLS configuration of its Options.
+func (r *Redis) options() *redis.Options {
+	return &redis.Options{Addr: r.Addr(), Username: r.opts.Username, Password: r.opts.Password, TLSConfig: r.tls}
+}
+
+// Running reports whether the process runs (it is not stopped or killed).
+func (r *Redis) Running() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cmd != nil
 }
 
 // Flush empties every database, for a test that wants a clean server.
@@ -259,4 +392,51 @@ func tail(b []byte, n int) string {
 		b = b[len(b)-n:]
 	}
 	return string(b)
+}
+
+// pollUntil calls f every 50ms until it returns nil or ctx ends; then the
+// error names what it waited for and f's last answer.
+func pollUntil(ctx context.Context, what string, f func(ctx context.Context) error) error {
+	for {
+		err := f(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w (last: %v)", what, ctx.Err(), err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// infoField is one field of one INFO section, as go-redis parses INFO.
+func infoField(ctx context.Context, c redis.Cmdable, section, field string) (string, error) {
+	info, err := c.InfoMap(ctx, section).Result()
+	if err != nil {
+		return "", err
+	}
+	for _, fields := range info { // one section: its name's case varies
+		if v, ok := fields[field]; ok {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("INFO %s has no %s", section, field)
+}
+
+// role is the first element of the server's ROLE reply: master, slave or
+// sentinel.
+func role(ctx context.Context, c *redis.Client) (string, error) {
+	reply, err := c.Do(ctx, "ROLE").Slice()
+	if err != nil {
+		return "", err
+	}
+	if len(reply) == 0 {
+		return "", errors.New("empty ROLE reply")
+	}
+	r, ok := reply[0].(string)
+	if !ok {
+		return "", fmt.Errorf("ROLE reply starts with %T", reply[0])
+	}
+	return r, nil
 }
