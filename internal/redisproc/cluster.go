@@ -337,6 +337,10 @@ func (c *Cluster) Client() *redis.ClusterClient {
 		panic(fmt.Sprintf("redisproc: the cluster's own URL: %v", err)) // a bug here
 	}
 	opts.TLSConfig = c.nodes[0].tls
+	// As teamster's daemons run it (internal/cmdutil): go-redis reloads
+	// the slot map on MOVED, not when a pipeline meets a dead master, so a
+	// failover is followed only by the periodic reload.
+	opts.ClusterStateReloadInterval = time.Second
 	return redis.NewClusterClient(opts)
 }
 
