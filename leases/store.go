@@ -182,14 +182,23 @@ func (s *Store) Accept(ctx context.Context, a AcceptArgs) (Accepted, error) {
 	claimID := redis.NewBoolCmd(ctx, "set", idKey, k.tag, "px", ttl.Milliseconds(), "nx")
 	index := redis.NewIntCmd(ctx, "zadd", k.index(), "nx", member.Score, member.Member)
 	accept := s.script(ctx, []redis.Cmder{claimID, index}, acceptScript, keys, args...)
-	for _, c := range []redis.Cmder{accept, claimID, index} {
-		if err := c.Err(); err != nil {
-			return Accepted{}, fmt.Errorf("accept: %w", err)
-		}
-	}
 	res, err := accept.StringSlice()
 	if err != nil {
 		return Accepted{}, fmt.Errorf("accept: %w", err)
+	}
+	for _, c := range []redis.Cmder{claimID, index} {
+		if err := c.Err(); err != nil {
+			// On a Redis Cluster the three keys live on different nodes,
+			// and one may have failed where the others did not. A new
+			// order entry whose index entry or id claim is missing is
+			// withdrawn (best effort), so that nothing the reaper cannot
+			// see holds the session's later turns; the caller may retry
+			// the whole accept.
+			if len(res) > 0 && res[0] == "accepted" {
+				_, _ = s.Unaccept(ctx, a.SessionKey, a.AttemptID)
+			}
+			return Accepted{}, fmt.Errorf("accept: %w", err)
+		}
 	}
 	if !claimID.Val() {
 		owner, err := s.rdb.Get(ctx, idKey).Result()
