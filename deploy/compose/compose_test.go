@@ -8,6 +8,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -16,7 +17,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/redis/go-redis/v9"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/teamster-fleet/teamster/bus"
@@ -79,9 +79,10 @@ func (l *stringList) UnmarshalYAML(n *yaml.Node) error {
 // composeMount is a volume or bind mount: "source:target[:mode]" or
 // {type, source, target}.
 type composeMount struct {
-	Type   string `yaml:"type"`
-	Source string `yaml:"source"`
-	Target string `yaml:"target"`
+	Type     string `yaml:"type"`
+	Source   string `yaml:"source"`
+	Target   string `yaml:"target"`
+	ReadOnly bool   `yaml:"read_only"`
 }
 
 func (m *composeMount) UnmarshalYAML(n *yaml.Node) error {
@@ -96,6 +97,11 @@ func (m *composeMount) UnmarshalYAML(n *yaml.Node) error {
 		return nil
 	case 2, 3:
 		m.Source, m.Target = parts[0], parts[1]
+		if len(parts) == 3 {
+			for _, o := range strings.Split(parts[2], ",") {
+				m.ReadOnly = m.ReadOnly || o == "ro"
+			}
+		}
 	default:
 		return fmt.Errorf("volume %q: want source:target[:mode]", n.Value)
 	}
@@ -207,12 +213,17 @@ func loadCompose(t *testing.T) *composeSpec {
 	return &c
 }
 
-// role is what a service runs: nats, redis, router or worker.
+// role is what a service runs: nats, redis (a Redis data node), sentinel
+// (a Redis Sentinel: a redis image running redis-server --sentinel), router
+// or worker.
 func (s *composeService) role() string {
 	switch {
 	case strings.HasPrefix(s.Image, "nats:"):
 		return "nats"
 	case strings.HasPrefix(s.Image, "redis:"):
+		if args, _, err := s.redisServer(); err == nil && slices.Contains(args, "--sentinel") {
+			return "sentinel"
+		}
 		return "redis"
 	case s.Build != nil && len(s.Command) > 0:
 		return path.Base(s.Command[0])
@@ -233,24 +244,31 @@ func (c *composeSpec) byRole(role string) []string {
 
 // mountOf returns the local file bind-mounted at target in service s.
 func (s *composeService) mountOf(target string) (string, bool) {
+	m, ok := s.bindAt(target)
+	return m.Source, ok
+}
+
+// bindAt returns the bind mount at target in service s.
+func (s *composeService) bindAt(target string) (composeMount, bool) {
 	for _, m := range s.Volumes {
 		if m.Type == "bind" && m.Target == target {
-			return m.Source, true
+			return m, true
 		}
 	}
-	return "", false
+	return composeMount{}, false
 }
 
 func TestComposeServices(t *testing.T) {
 	c := loadCompose(t)
 	want := map[string][]string{
-		"nats":   {"nats-1", "nats-2", "nats-3"},
-		"redis":  {"redis"},
-		"router": {"router-1", "router-2"},
-		"worker": {"worker-1", "worker-2", "worker-3"},
+		"nats":     {"nats-1", "nats-2", "nats-3"},
+		"redis":    {"redis-1", "redis-2", "redis-3"},
+		"sentinel": {"sentinel-1", "sentinel-2", "sentinel-3"},
+		"router":   {"router-1", "router-2"},
+		"worker":   {"worker-1", "worker-2", "worker-3"},
 	}
 	got := map[string][]string{}
-	for _, role := range []string{"nats", "redis", "router", "worker"} {
+	for _, role := range []string{"nats", "redis", "sentinel", "router", "worker"} {
 		got[role] = c.byRole(role)
 	}
 	if d := cmp.Diff(want, got); d != "" {
@@ -266,8 +284,12 @@ func TestComposeServices(t *testing.T) {
 			t.Errorf("%s: image %q, want nats:2.x", name, img)
 		}
 	}
-	for _, name := range c.byRole("redis") {
-		if img := c.Services[name].Image; !strings.HasPrefix(img, "redis:7") {
+	// The fencing across failovers relies on Redis behaviour checked on
+	// Redis 7 (docs/ARCHITECTURE.md: a restarted or promoted node has a
+	// new replication id); the Sentinels run the version of the nodes they
+	// promote.
+	for _, name := range append(c.byRole("redis"), c.byRole("sentinel")...) {
+		if img := c.Services[name].Image; img != "redis:7" && !strings.HasPrefix(img, "redis:7.") && !strings.HasPrefix(img, "redis:7-") {
 			t.Errorf("%s: image %q, want redis:7", name, img)
 		}
 	}
@@ -421,14 +443,16 @@ func (c *composeSpec) onVolume(s *composeService, dir string) bool {
 }
 
 // TestComposeDaemons checks the routers' and workers' settings: their NATS
-// URLs log in to the shipped accounts config as the right principal, their
-// Redis URL matches Redis's password, and each worker's config file is
-// mounted, valid and its own.
+// URLs log in to the shipped accounts config as the right principal, they
+// reach Redis through the Sentinels with the Sentinels' and the data nodes'
+// passwords, they start once NATS and Redis are healthy, and each worker's
+// config file is mounted, valid and its own.
 func TestComposeDaemons(t *testing.T) {
 	c := loadCompose(t)
 	s := startShipped(t)
 	natsNodes := c.byRole("nats")
-	redisPass := c.redisPassword(t)
+	rs := c.redisSet(t)
+	deps := append(append(append([]string(nil), natsNodes...), c.byRole("redis")...), c.byRole("sentinel")...)
 	for _, role := range []string{"router", "worker"} {
 		for _, name := range c.byRole(role) {
 			svc := c.Services[name]
@@ -436,13 +460,16 @@ func TestComposeDaemons(t *testing.T) {
 			if env["TEAMSTER_LOG_FORMAT"] != "json" {
 				t.Errorf("%s: TEAMSTER_LOG_FORMAT %q, want json", name, env["TEAMSTER_LOG_FORMAT"])
 			}
-			for _, dep := range append([]string{"redis"}, natsNodes...) {
+			for _, dep := range deps {
 				if cond, ok := svc.DependsOn[dep]; !ok || cond != "service_healthy" {
 					t.Errorf("%s: depends_on %s %q, want service_healthy", name, dep, cond)
 				}
 			}
 			checkNATSURL(t, s, name, role, env["TEAMSTER_NATS_URL"], natsNodes)
-			checkRedisURL(t, name, env["TEAMSTER_REDIS_URL"], redisPass)
+			if mode := env["TEAMSTER_REDIS_MODE"]; mode != "sentinel" {
+				t.Errorf("%s: TEAMSTER_REDIS_MODE %q, want sentinel", name, mode)
+			}
+			rs.checkSentinelURL(t, name, env["TEAMSTER_REDIS_URL"])
 		}
 	}
 
@@ -484,22 +511,6 @@ func TestComposeDaemons(t *testing.T) {
 	}
 }
 
-// redisPassword is the --requirepass of the redis service, "" when none.
-func (c *composeSpec) redisPassword(t *testing.T) string {
-	t.Helper()
-	names := c.byRole("redis")
-	if len(names) != 1 {
-		t.Fatalf("redis services: %v", names)
-	}
-	cmd := c.Services[names[0]].Command
-	for i, a := range cmd {
-		if a == "--requirepass" && i+1 < len(cmd) {
-			return cmd[i+1]
-		}
-	}
-	return ""
-}
-
 func checkNATSURL(t *testing.T, s *server.Server, service, role, urls string, nodes []string) {
 	t.Helper()
 	if urls == "" {
@@ -533,21 +544,6 @@ func checkNATSURL(t *testing.T, s *server.Server, service, role, urls string, no
 	sort.Strings(hosts)
 	if d := cmp.Diff(nodes, hosts); d != "" {
 		t.Errorf("%s: TEAMSTER_NATS_URL hosts (-nats services +hosts):\n%s", service, d)
-	}
-}
-
-func checkRedisURL(t *testing.T, service, raw, password string) {
-	t.Helper()
-	o, err := redis.ParseURL(raw)
-	if err != nil {
-		t.Errorf("%s: TEAMSTER_REDIS_URL: %v", service, err)
-		return
-	}
-	if o.Addr != "redis:6379" {
-		t.Errorf("%s: TEAMSTER_REDIS_URL addresses %s, want redis:6379", service, o.Addr)
-	}
-	if o.Password != password {
-		t.Errorf("%s: TEAMSTER_REDIS_URL's password is not the redis service's --requirepass", service)
 	}
 }
 
