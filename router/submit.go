@@ -3,8 +3,10 @@ package router
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/oklog/ulid/v2"
 	"github.com/sirupsen/logrus"
@@ -12,12 +14,30 @@ import (
 	"github.com/teamster-fleet/teamster"
 	"github.com/teamster-fleet/teamster/bus"
 	"github.com/teamster-fleet/teamster/delegation"
+	"github.com/teamster-fleet/teamster/internal/retry"
 	"github.com/teamster-fleet/teamster/leases"
 	"github.com/teamster-fleet/teamster/selection"
 )
 
-// submitTimeout bounds the Redis and JetStream work of one submit.
+// submitTimeout bounds the Redis work of one submit.
 const submitTimeout = 10 * time.Second
+
+// SubmitPublishBudget is how long a submit keeps trying to publish its
+// attempt (with the same Nats-Msg-Id, so JetStream stores it once however
+// many tries reach the stream) before it withdraws the attempt and answers
+// internal. It covers a JetStream stream leader election after the loss of
+// a node: a follower campaigns 4 to 9 s (nats-server's election timeout)
+// after its last heartbeat, and when its first campaign fails (the other
+// follower's log is ahead) the election takes a second timeout; measured
+// on a 3-node loopback cluster, 4 to 7 s usually, once more than 12 s
+// ("NATS cluster" in docs/ARCHITECTURE.md). The Go client waits longer
+// than this for one reply (client.submitTry) before it sends a submit
+// again.
+const SubmitPublishBudget = 20 * time.Second
+
+// publishTry bounds one publish: a publish to a stream that has no leader
+// is not answered at all, and the next try should not wait for it.
+const publishTry = 2 * time.Second
 
 func (r *Router) onSubmit(m *nats.Msg) { r.submit(m, "") }
 
@@ -105,9 +125,24 @@ func (r *Router) submit(m *nats.Msg, delegate string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), submitTimeout)
 	defer cancel()
-	acc, err := r.store.Accept(ctx, leases.AcceptArgs{
-		SessionKey: a.SessionKey, AttemptID: a.AttemptID, Digest: digest, HarnessID: d.HarnessID, ReplyTo: a.ReplyTo,
-		QueueTimeout: a.QueueTimeout(), RunBudget: a.Timeout() + a.SettlementTimeout(), Reply: replyBody,
+	// A Redis failover (a Sentinel promotion, a Cluster shard's replica
+	// taking over) refuses or drops commands for a few seconds: the accept
+	// is tried again within the submit's budget. A retry is safe: the
+	// accept is bound to the attempt's digest, so a try whose reply was
+	// lost (it ran) is answered "exists" and goes on as a resubmit.
+	var acc leases.Accepted
+	tries := 0
+	err = retry.For(ctx, submitTimeout, func() error {
+		tries++
+		var aerr error
+		acc, aerr = r.store.Accept(ctx, leases.AcceptArgs{
+			SessionKey: a.SessionKey, AttemptID: a.AttemptID, Digest: digest, HarnessID: d.HarnessID, ReplyTo: a.ReplyTo,
+			QueueTimeout: a.QueueTimeout(), RunBudget: a.Timeout() + a.SettlementTimeout(), Reply: replyBody,
+		})
+		if errors.Is(aerr, leases.ErrAttemptIDTaken) || errors.Is(aerr, leases.ErrAttemptReused) {
+			return backoff.Permanent(aerr)
+		}
+		return aerr
 	})
 	if errors.Is(err, leases.ErrAttemptIDTaken) || errors.Is(err, leases.ErrAttemptReused) {
 		log().Info("submit refused: " + err.Error())
@@ -115,23 +150,34 @@ func (r *Router) submit(m *nats.Msg, delegate string) {
 		return
 	}
 	if err != nil {
-		log().Error("submit failed: record the attempt: " + err.Error())
+		// The reply says nothing was recorded: make it so, in case a try
+		// ran without its reply arriving.
+		uctx, ucancel := context.WithTimeout(context.Background(), submitTimeout)
+		_, _ = r.store.Unaccept(uctx, a.SessionKey, a.AttemptID)
+		ucancel()
+		log().WithField("tries", tries).Error("submit failed: record the attempt: " + err.Error())
 		r.replySubmit(m, rejectedInternal(a.AttemptID, "the fleet could not record the attempt"))
 		return
+	}
+	if tries > 1 {
+		log().WithField("tries", tries).Info("attempt recorded after failed tries (a Redis failover)")
 	}
 	if !acc.New {
 		r.resubmitted(ctx, m, a, acc, delegate, log)
 		return
 	}
-	if _, err := bus.PublishAttemptBody(ctx, r.js, d.HarnessID, a.AttemptID, attemptBody, bus.DelegateHeader(delegate)); err != nil {
+	if err := r.publishAttempt(d.HarnessID, a.AttemptID, attemptBody, delegate, log); err != nil {
 		log().Error("submit failed: publish: " + err.Error())
 		ok, uerr := r.store.Unaccept(context.Background(), a.SessionKey, a.AttemptID)
 		switch {
 		case uerr == nil && !ok:
-			// No longer queued: the publish did reach the stream (only its
-			// acknowledgement was lost) and a worker claimed it. The attempt
-			// is accepted; saying otherwise would invite a second submit.
-			log().Warn("the publish was not acknowledged but the attempt was claimed: answering accepted")
+			// No longer queued: a try did reach the stream (only its
+			// acknowledgement was lost) and a worker claimed it, or its
+			// queue timeout passed while the router kept trying and a
+			// reaper gave it its queue_timeout result. Either way the
+			// attempt is accepted and its result will come; saying
+			// otherwise would invite a second submit.
+			log().Warn("the publish was not acknowledged but the attempt is no longer queued (claimed, or timed out): answering accepted")
 			r.countSubmit(bus.StatusAccepted, nil)
 			r.respond(m, replyBody)
 			return
@@ -181,16 +227,34 @@ func (r *Router) answerKnown(m *nats.Msg, a *bus.Attempt, digest, delegate strin
 // same): a no-op inside JetStream's duplicate window, and after it a second
 // copy that the claim answers "done". A first submit whose publish failed
 // cannot strand this caller.
+//
+// The publish is tried as long as a first submit's (SubmitPublishBudget).
+// When it still fails, the record decides: while it is there the attempt
+// stands (its first publish may well have reached the stream) and the
+// answer is accepted, as always; when it is gone, the first submit, still
+// publishing when this resubmit came, gave up and withdrew it, and the
+// answer is internal, so the caller submits again (and that submit is a
+// new one) instead of holding an accepted handle of an attempt nobody
+// records.
 func (r *Router) resubmitted(ctx context.Context, m *nats.Msg, a *bus.Attempt, acc leases.Accepted, delegate string, log func() logrus.FieldLogger) {
 	if acc.State == leases.StateAccepted {
 		recorded := *a
 		recorded.ReplyTo = acc.ReplyTo
 		body, err := bus.Encode(&recorded)
 		if err == nil {
-			_, err = bus.PublishAttemptBody(ctx, r.js, acc.HarnessID, a.AttemptID, body, bus.DelegateHeader(delegate))
+			err = r.publishAttempt(acc.HarnessID, a.AttemptID, body, delegate, log)
 		}
 		if err != nil {
 			log().Warn("resubmit: publish again failed: " + err.Error())
+			kctx, cancel := context.WithTimeout(context.Background(), submitTimeout)
+			_, kerr := r.store.Attempt(kctx, a.SessionKey, a.AttemptID)
+			cancel()
+			if errors.Is(kerr, leases.ErrNotFound) {
+				log().Warn("resubmit: the attempt was withdrawn meanwhile (its first submit could not publish it): answering internal")
+				r.replySubmit(m, rejectedInternal(a.AttemptID, "the fleet could not confirm the attempt was published; "+
+					"submit it again with the same attemptId to learn its fate (a resubmit never runs it twice)"))
+				return
+			}
 		}
 	}
 	if r.debug {
@@ -198,6 +262,63 @@ func (r *Router) resubmitted(ctx context.Context, m *nats.Msg, a *bus.Attempt, a
 	}
 	r.countSubmit(bus.StatusAccepted, nil)
 	r.respond(m, acc.Reply)
+}
+
+// publishAttempt publishes an attempt's message with Nats-Msg-Id = its id.
+// A try that fails for a reason that may pass (no answer while the stream
+// elects a leader, no responders, a connection that is reconnecting) is
+// tried again with backoff, each try bounded at publishTry, for
+// SubmitPublishBudget from the first: every try carries the same message
+// id, so JetStream stores the attempt once however many of them reach it
+// (the duplicate window is 2 minutes, far longer than the budget). It
+// returns the last try's error.
+func (r *Router) publishAttempt(harnessID, attemptID string, body []byte, delegate string, log func() logrus.FieldLogger) error {
+	start := time.Now()
+	hdr := bus.DelegateHeader(delegate)
+	err := r.publishOnce(context.Background(), harnessID, attemptID, body, hdr)
+	if err == nil || permanentPublish(err) {
+		return err
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), start.Add(SubmitPublishBudget))
+	defer cancel()
+	tries := 1
+	last := err
+	err = retry.For(ctx, time.Until(start.Add(SubmitPublishBudget)), func() error {
+		tries++
+		last = r.publishOnce(ctx, harnessID, attemptID, body, hdr)
+		if last != nil && permanentPublish(last) {
+			return backoff.Permanent(last)
+		}
+		return last
+	})
+	if err != nil {
+		return fmt.Errorf("%d tries in %s: %w", tries, time.Since(start).Round(time.Millisecond), last)
+	}
+	log().WithFields(logrus.Fields{"tries": tries, "waited": time.Since(start).Round(time.Millisecond)}).Info(publishRetriedMsg)
+	return nil
+}
+
+// publishRetriedMsg is logged when a publish went through after failed
+// tries.
+const publishRetriedMsg = "attempt published after failed tries"
+
+// publishOnce is one try of publishAttempt, bounded at publishTry (and by
+// ctx).
+func (r *Router) publishOnce(ctx context.Context, harnessID, attemptID string, body []byte, hdr nats.Header) error {
+	ctx, cancel := context.WithTimeout(ctx, publishTry)
+	defer cancel()
+	_, err := bus.PublishAttemptBody(ctx, r.js, harnessID, attemptID, body, hdr)
+	return err
+}
+
+// permanentPublish says a publish error will not pass by trying again: the
+// message itself is refused (an id or subject the contract forbids, a body
+// over the connection's limit), or the router's connection is closed (the
+// router is stopping).
+func permanentPublish(err error) bool {
+	var te *teamster.Error
+	return errors.As(err, &te) || errors.Is(err, nats.ErrConnectionClosed) ||
+		errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject)
 }
 
 // attemptLog is the logger of one submit: the attempt, the session (hashed,
