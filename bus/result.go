@@ -160,6 +160,15 @@ func (r *Result) Validate() error {
 	return nil
 }
 
+// Outcome is the result's outcome as attempt records store it: "ok", or its
+// error code.
+func (r *Result) Outcome() string {
+	if r.Error != nil {
+		return string(r.Error.Code)
+	}
+	return string(teamster.StatusOK)
+}
+
 // Err returns the result's error, nil for ok.
 func (r *Result) Err() error {
 	if r.Error != nil {

@@ -80,6 +80,9 @@ type checkInput struct {
 	// steadySenders: no process that sends result events dies or stalls,
 	// so no result event may arrive twice (see scenario.steadySenders).
 	steadySenders bool
+	// noRefusals: the fault is a failover the fleet rides out, so a
+	// refused submit is a failure.
+	noRefusals bool
 }
 
 // isResend says whether result events with the same result are the fleet's
@@ -267,6 +270,12 @@ func check(r *row, in checkInput) {
 	}
 	if len(rejected) > 0 {
 		r.note("refused submits: %s", formatCounts(rejected))
+		if in.noRefusals {
+			for _, n := range rejected {
+				r.other += n
+			}
+			r.problem("submits refused during a failover the fleet must ride out: %s", formatCounts(rejected))
+		}
 	}
 	if fallbacks > 0 {
 		// Three workers host the harness all along (a draining or paused one

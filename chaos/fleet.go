@@ -15,9 +15,20 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/teamster-fleet/teamster/client"
+	"github.com/teamster-fleet/teamster/internal/natsproc"
 	"github.com/teamster-fleet/teamster/internal/redisproc"
 	"github.com/teamster-fleet/teamster/worker"
 )
+
+func init() {
+	// go-redis logs failovers it follows and dials that fail while the
+	// suite kills servers: the suite reports what matters itself.
+	redis.SetLogger(quietRedis{})
+}
+
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
 
 // fleetParams shape one scenario's fleet.
 type fleetParams struct {
@@ -29,10 +40,22 @@ type fleetParams struct {
 	leaseTTL     time.Duration
 	drainTimeout time.Duration
 	// redisProxyFor and natsProxyFor name a worker whose connection to Redis
-	// (or NATS) goes through a proxy the suite can partition.
+	// (or NATS) goes through a proxy the suite can partition (standalone
+	// Redis and a single NATS server only).
 	redisProxyFor string
 	natsProxyFor  string
+	// redisTopology is standalone (""), sentinel (a primary, one replica,
+	// three Sentinels) or cluster (three masters with a replica each).
+	redisTopology string
+	// natsNodes is 1 (one server) or 3 (a cluster, streams with 3 replicas).
+	natsNodes int
 }
+
+// Redis topologies of a fleet.
+const (
+	topologySentinel = "sentinel"
+	topologyCluster  = "cluster"
+)
 
 // daemon is a router or worker process with its metrics address, whose
 // /readyz says when it serves.
@@ -82,18 +105,21 @@ func (d *daemon) waitReady(ctx context.Context, timeout time.Duration) error {
 // fleet is a whole teamster fleet of real processes: a nats-server, a
 // redis-server, routers and workers, and the suite's own connections.
 type fleet struct {
-	p          fleetParams
-	nats       *natsServer
-	redis      *redisproc.Redis
-	routers    []*daemon
-	workers    []*daemon
-	redisProxy *proxy
-	natsProxy  *proxy
-	ledger     string
+	p           fleetParams
+	nats        *natsServer       // a single NATS server, or nil
+	natsCluster *natsproc.Cluster // or a three-node cluster
+	redis       *redisproc.Redis  // a standalone Redis, or nil
+	sentinel    *redisproc.SentinelSet
+	cluster     *redisproc.Cluster
+	routers     []*daemon
+	workers     []*daemon
+	redisProxy  *proxy
+	natsProxy   *proxy
+	ledger      string
 
 	nc     *nats.Conn
 	client *client.Client
-	rdb    *redis.Client
+	rdb    redis.UniversalClient
 }
 
 // startFleet starts every process and waits until each is ready.
@@ -104,10 +130,31 @@ func startFleet(ctx context.Context, p fleetParams) (f *fleet, err error) {
 			f.stop()
 		}
 	}()
-	if f.nats, err = startNATS(ctx, p.bins.nats(), p.dir); err != nil {
+	for _, sub := range []string{"nats", "redis"} {
+		if err = os.MkdirAll(filepath.Join(p.dir, sub), 0o755); err != nil {
+			return f, err
+		}
+	}
+	if p.natsNodes == 3 {
+		if f.natsCluster, err = natsproc.StartCluster(filepath.Join(p.dir, "nats"), 3); err != nil {
+			return f, err
+		}
+		if err = f.natsCluster.WaitReady(ctx); err != nil {
+			return f, err
+		}
+	} else if f.nats, err = startNATS(ctx, p.bins.nats(), p.dir); err != nil {
 		return f, err
 	}
-	if f.redis, err = redisproc.Start(p.dir); err != nil {
+	switch p.redisTopology {
+	case topologySentinel:
+		// Sentinel declares the primary down after 1s without an answer.
+		f.sentinel, err = redisproc.StartSentinelSet(filepath.Join(p.dir, "redis"), redisproc.SentinelOptions{DownAfter: time.Second})
+	case topologyCluster:
+		f.cluster, err = redisproc.StartCluster(filepath.Join(p.dir, "redis"), redisproc.ClusterOptions{})
+	default:
+		f.redis, err = redisproc.Start(p.dir)
+	}
+	if err != nil {
 		return f, err
 	}
 	if p.redisProxyFor != "" {
@@ -144,7 +191,7 @@ func startFleet(ctx context.Context, p fleetParams) (f *fleet, err error) {
 			return f, err
 		}
 	}
-	f.nc, err = nats.Connect(f.nats.URL(), nats.Name("chaos-client"), nats.MaxReconnects(-1),
+	f.nc, err = nats.Connect(f.natsURL(), nats.Name("chaos-client"), nats.MaxReconnects(-1),
 		nats.ReconnectWait(100*time.Millisecond), nats.Timeout(2*time.Second),
 		// Write errors while the suite kills the server are expected; the
 		// default handler would print them.
@@ -155,8 +202,43 @@ func startFleet(ctx context.Context, p fleetParams) (f *fleet, err error) {
 	if f.client, err = client.New(f.nc); err != nil {
 		return f, err
 	}
-	f.rdb = redis.NewClient(&redis.Options{Addr: f.redis.Addr(), MaxRetries: -1})
+	switch {
+	case f.sentinel != nil:
+		f.rdb = f.sentinel.Client()
+	case f.cluster != nil:
+		f.rdb = f.cluster.Client()
+	default:
+		f.rdb = redis.NewClient(&redis.Options{Addr: f.redis.Addr(), MaxRetries: -1})
+	}
 	return f, nil
+}
+
+// natsURL is what the daemons and the suite connect to: the server, or
+// every node of the cluster.
+func (f *fleet) natsURL() string {
+	if f.natsCluster != nil {
+		return f.natsCluster.URLs()
+	}
+	return f.nats.URL()
+}
+
+// redisArgs are the daemons' Redis flags for the fleet's topology.
+func (f *fleet) redisArgs() []string {
+	switch {
+	case f.sentinel != nil:
+		return []string{"--redis-mode", "sentinel", "--redis-url", f.sentinel.URL()}
+	case f.cluster != nil:
+		return []string{"--redis-mode", "cluster", "--redis-url", f.cluster.URL()}
+	}
+	return []string{"--redis-url", f.redis.URL()}
+}
+
+// streamArgs are the daemons' JetStream flags: three replicas on a cluster.
+func (f *fleet) streamArgs() []string {
+	if f.natsCluster != nil {
+		return []string{"--stream-replicas", "3"}
+	}
+	return nil
 }
 
 func (f *fleet) newRouter(id string) (*daemon, error) {
@@ -165,8 +247,9 @@ func (f *fleet) newRouter(id string) (*daemon, error) {
 		return nil, err
 	}
 	d := &daemon{id: id, metrics: fmt.Sprintf("127.0.0.1:%d", port)}
+	args := append([]string{"--nats-url", f.natsURL(), "--metrics-addr", d.metrics}, f.redisArgs()...)
 	d.proc = newProc("router "+id, f.p.bins.router(), filepath.Join(f.p.dir, "router-"+id+".log"),
-		"--nats-url", f.nats.URL(), "--redis-url", f.redis.URL(), "--metrics-addr", d.metrics)
+		append(args, f.streamArgs()...)...)
 	return d, nil
 }
 
@@ -186,17 +269,18 @@ func (f *fleet) newWorker(id string) (*daemon, error) {
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		return nil, err
 	}
-	natsURL, redisURL := f.nats.URL(), f.redis.URL()
+	natsURL, redisArgs := f.natsURL(), f.redisArgs()
 	if id == f.p.natsProxyFor {
 		natsURL = "nats://" + f.natsProxy.Addr()
 	}
 	if id == f.p.redisProxyFor {
-		redisURL = "redis://" + f.redisProxy.Addr() + "/0"
+		redisArgs = []string{"--redis-url", "redis://" + f.redisProxy.Addr() + "/0"}
 	}
 	d := &daemon{id: id, metrics: fmt.Sprintf("127.0.0.1:%d", port)}
+	args := append([]string{"--nats-url", natsURL, "--config", path, "--ledger", f.ledger,
+		"--metrics-addr", d.metrics}, redisArgs...)
 	d.proc = newProc("worker "+id, f.p.bins.worker(), filepath.Join(f.p.dir, "worker-"+id+".log"),
-		"--nats-url", natsURL, "--redis-url", redisURL, "--config", path, "--ledger", f.ledger,
-		"--metrics-addr", d.metrics)
+		append(args, f.streamArgs()...)...)
 	return d, nil
 }
 
@@ -257,8 +341,17 @@ func (f *fleet) stop() {
 	if f.nats != nil {
 		errs = append(errs, f.nats.kill())
 	}
+	if f.natsCluster != nil {
+		f.natsCluster.Close()
+	}
 	if f.redis != nil {
 		errs = append(errs, f.redis.Kill())
+	}
+	if f.sentinel != nil {
+		f.sentinel.Close()
+	}
+	if f.cluster != nil {
+		f.cluster.Close()
 	}
 	if err := errors.Join(errs...); err != nil {
 		fmt.Fprintln(os.Stderr, "chaos: stopping the fleet:", err)

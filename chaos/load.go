@@ -39,12 +39,14 @@ const (
 
 // submitTry bounds one submit request; a try without a reply is resubmitted
 // with the same attemptId, which the router answers from its record. It is
-// longer than the router's own bound of a submit (10s), so that the suite
-// hears every answer a router gives, however late. Recovery probes use
+// longer than the router's own bounds of a submit (10s of Redis work, then
+// up to router.SubmitPublishBudget, 20s, of publishing during a JetStream
+// leader election), so that the suite hears every answer a router gives,
+// however late. Recovery probes use
 // probeTry instead: they measure the fleet, not the client's patience with a
 // request that a dying router swallowed.
 const (
-	submitTry = 12 * time.Second
+	submitTry = 30 * time.Second
 	probeTry  = 2 * time.Second
 )
 

@@ -1,11 +1,15 @@
 // Command chaos is teamster's reliability suite (`make chaos`). For each
 // scenario it starts a fresh fleet of real processes — a nats-server built
 // from the module's own nats-server dependency, with JetStream on a file
-// store; a redis-server without persistence; cmd/router; three cmd/worker
-// processes hosting the scripted harness, all recording their runs (start,
-// every step, end) in one ledger file — drives load through the client
-// package, injects one fault (kill -9, SIGSTOP, a Redis or NATS restart, a
-// partition through a TCP proxy the suite controls, a rolling drain), and
+// store (or a three-node cluster of them); a redis-server without
+// persistence (or a Sentinel set, or a Redis Cluster, from the same
+// binary); cmd/router; three cmd/worker processes hosting the scripted
+// harness, all recording their runs (start, every step, end) in one ledger
+// file — drives load through the client package, injects one fault (kill
+// -9, SIGSTOP, a Redis or NATS restart, a partition through a TCP proxy the
+// suite controls, a rolling drain, a Sentinel or Cluster failover that
+// loses acknowledged writes, a slot migration, the loss of the NATS node
+// leading the attempts stream), and
 // then checks docs/PROTOCOL.md's guarantees against the ledger and every result:
 //
 //   - exactly one terminal result per accepted attempt: every result event
@@ -72,7 +76,7 @@ func run() int {
 	}
 	if *list {
 		for _, sc := range all {
-			fmt.Printf("%-16s %s\n", sc.name, sc.what)
+			fmt.Printf("%-22s %s\n", sc.name, sc.what)
 		}
 		return 0
 	}

@@ -14,7 +14,7 @@ const maxProblems = 25
 
 // printTable prints the table, then each scenario's notes and problems.
 func printTable(w io.Writer, rows []*row, scs map[string]*scenario) {
-	const head = "%-16s %8s %8s %5s %10s %11s %12s %8s %6s %9s %6s\n"
+	const head = "%-22s %8s %8s %5s %10s %11s %12s %8s %6s %9s %6s\n"
 	fmt.Fprintf(w, head, "scenario", "attempts", "results", "lost", "duplicated", "overlapping", "out-of-order", "replayed", "other", "recovery", "took")
 	for _, r := range rows {
 		rec := "-"
@@ -25,7 +25,7 @@ func printTable(w io.Writer, rows []*row, scs map[string]*scenario) {
 		default:
 			rec = fmt.Sprintf(">%.0fs", r.recoveryBound.Seconds())
 		}
-		fmt.Fprintf(w, "%-16s %8d %8d %5d %10d %11d %12d %8d %6d %9s %6s\n", r.name, r.attempts, r.results, r.lost, r.dup,
+		fmt.Fprintf(w, "%-22s %8d %8d %5d %10d %11d %12d %8d %6d %9s %6s\n", r.name, r.attempts, r.results, r.lost, r.dup,
 			r.overlap, r.order, r.replays, r.other, rec, r.took.Round(time.Second))
 	}
 	fmt.Fprintln(w)

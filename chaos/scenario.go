@@ -74,6 +74,9 @@ type scenario struct {
 	// steadySenders: no process that sends result events dies or stalls
 	// (a drain), so no resend can happen and a second result event fails.
 	steadySenders bool
+	// noRefusals: a refused submit fails the scenario (a failover the
+	// fleet rides out: submits keep being accepted).
+	noRefusals bool
 	// longTurns: the load's turns run about twice as long, so that more of
 	// them are mid-run when the fault strikes.
 	longTurns bool
@@ -318,7 +321,7 @@ func runScenario(ctx context.Context, cfg config, bins binaries, sc *scenario, b
 	}
 	check(r, checkInput{t: d.t, entries: entries, extraEnds: sr.extraEnds(entries), sessionFences: fences,
 		lostRecordEpochs: sr.lostEpoch, allowed: allowedSet(sc.allowed), ledgerCheck: sc.ledgerCheck, oneEvent: sc.oneEvent,
-		steadySenders: sc.steadySenders})
+		steadySenders: sc.steadySenders, noRefusals: sc.noRefusals})
 	for _, fn := range sr.post {
 		fn(entries)
 	}
@@ -346,7 +349,7 @@ func allowedSet(codes []teamster.Code) map[teamster.Code]bool {
 
 // sessionFences reads each session record's fence straight from Redis:
 // teamster:{s}:session field "fence", s = leases.Tag(sessionKey).
-func sessionFences(ctx context.Context, rdb *redis.Client, t *tracker) map[string]string {
+func sessionFences(ctx context.Context, rdb redis.UniversalClient, t *tracker) map[string]string {
 	t.mu.Lock()
 	var keys []string
 	for s := range t.sessions {
@@ -363,7 +366,7 @@ func sessionFences(ctx context.Context, rdb *redis.Client, t *tracker) map[strin
 // claimTimes reads when each accepted attempt was accepted and claimed, by
 // Redis's clock, from its record (teamster:{s}:attempt:<id> fields
 // "accepted" and "claimed", Unix ms), for the notes and problem lines.
-func claimTimes(ctx context.Context, rdb *redis.Client, t *tracker) {
+func claimTimes(ctx context.Context, rdb redis.UniversalClient, t *tracker) {
 	as := t.accepted()
 	cmds := make([]*redis.SliceCmd, len(as))
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -400,7 +403,7 @@ func unixMilli(v any) time.Time {
 	return time.UnixMilli(ms)
 }
 
-func sessionFence(ctx context.Context, rdb *redis.Client, sessionKey string) string {
+func sessionFence(ctx context.Context, rdb redis.UniversalClient, sessionKey string) string {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	v, err := rdb.HGet(ctx, "teamster:{"+leases.Tag(sessionKey)+"}:session", "fence").Result()

@@ -16,7 +16,7 @@ import (
 
 // scenarios are the suite's faults, in the order they run.
 func scenarios() []*scenario {
-	return []*scenario{
+	return append([]*scenario{
 		{
 			name:        "worker-kill",
 			what:        "kill -9 of the busiest worker mid-run; restarted 3s later",
@@ -85,7 +85,7 @@ func scenarios() []*scenario {
 			ledgerCheck:   checkStepsAndLedger,
 			inject:        injectRollingDrain,
 		},
-	}
+	}, haScenarios()...)
 }
 
 // gap is the pause between two rounds of a fault.

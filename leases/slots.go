@@ -56,3 +56,16 @@ func nodeKey(slot int) string { return keyRoot + "{" + slotTags()[slot] + "}:nod
 
 // nodeKeyOf is the node marker of the slot a session's keys are in.
 func (k sessionKeys) node() string { return nodeKey(hashSlot(k.tag)) }
+
+// SlotOf is the Redis Cluster hash slot of every key of a session.
+func SlotOf(sessionKey string) int { return hashSlot(Tag(sessionKey)) }
+
+// IsNodeKey reports whether key is a slot's node marker (nodeKey).
+func IsNodeKey(key string) bool {
+	tag, ok := strings.CutPrefix(key, keyRoot+"{n")
+	if !ok {
+		return false
+	}
+	tag, ok = strings.CutSuffix(tag, "}:node")
+	return ok && tag != "" && nodeKey(hashSlot("n"+tag)) == key
+}

@@ -233,20 +233,12 @@ func (rp *reaper) confirm(ctx context.Context, log logrus.FieldLogger, e leases.
 // promoted primary, but the results stream kept the worker's result, and
 // that is the attempt's one outcome.
 func (rp *reaper) adopt(ctx context.Context, log logrus.FieldLogger, e leases.DueEntry, res leases.Reaped) {
-	body, err := bus.GetResultBody(ctx, rp.js, e.AttemptID)
+	r, err := bus.GetResult(ctx, rp.js, e.AttemptID)
 	if err != nil {
 		log.Warn("reaper: the durable result could not be read to check the recorded outcome: " + err.Error())
 		return
 	}
-	var r bus.Result
-	if err := bus.Decode(body, &r); err != nil {
-		log.Error("reaper: the durable result does not decode: " + err.Error())
-		return
-	}
-	outcome := leases.OutcomeOK
-	if r.Error != nil {
-		outcome = string(r.Error.Code)
-	}
+	outcome := r.Outcome()
 	if outcome == res.Outcome {
 		return
 	}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
@@ -20,6 +21,7 @@ import (
 	"github.com/teamster-fleet/teamster/internal/gopool"
 	"github.com/teamster-fleet/teamster/internal/logging"
 	"github.com/teamster-fleet/teamster/internal/metrics"
+	"github.com/teamster-fleet/teamster/internal/retry"
 	"github.com/teamster-fleet/teamster/leases"
 	"github.com/teamster-fleet/teamster/selection"
 )
@@ -106,6 +108,11 @@ func New(p Params) (*Router, error) {
 	return r, nil
 }
 
+// setupBudget is how long a starting router or worker retries the
+// JetStream setup (streams, bucket, consumers) while JetStream does not
+// answer.
+const setupBudget = time.Minute
+
 // handlerIdle is how long a request's goroutine waits for the next request
 // before it ends.
 const handlerIdle = 5 * time.Second
@@ -113,7 +120,19 @@ const handlerIdle = 5 * time.Second
 // Start sets up the streams, loads the scripts, starts watching the registry,
 // subscribes the router's subjects and starts the reaper.
 func (r *Router) Start(ctx context.Context) error {
-	kv, err := bus.Setup(ctx, r.js, r.streams)
+	// A cluster still forming, or electing a stream's leader, does not
+	// answer in time: the setup is tried again for a while, logged.
+	var kv jetstream.KeyValue
+	err := retry.For(ctx, setupBudget, func() error {
+		var err error
+		if kv, err = bus.Setup(ctx, r.js, r.streams); err != nil {
+			if !bus.Transient(err) {
+				return backoff.Permanent(err)
+			}
+			r.log.Warn("JetStream setup not done yet; trying again: " + err.Error())
+		}
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("router: %w", err)
 	}

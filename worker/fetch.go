@@ -160,6 +160,36 @@ func nakDelay(delivered uint64) time.Duration {
 	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
 }
 
+// blockerCheckAfter is how many deliveries of a busy attempt pass before
+// the worker asks whether what blocks it has already finished: a few
+// seconds of waiting behind it (nakDelay doubles up to nakCap).
+const blockerCheckAfter = 8
+
+// settleFinishedBlocker makes the record of the attempt that blocks a's
+// session agree with its durable result, when it has one. After a Redis
+// failover that lost a finished attempt's outcome (and perhaps its claim),
+// the promoted primary may still hold it as accepted or claimed at the head
+// of its session's order: its message was acknowledged long ago, so no
+// claim will ever end it, and the session's later turns would wait for its
+// queue deadline. The results stream keeps the attempt's one outcome
+// (docs/ARCHITECTURE.md, "Outcomes"); once it is in the record, the next
+// claim walks past it.
+func (w *Worker) settleFinishedBlocker(ctx context.Context, a *bus.Attempt, blocker string, log func() logrus.FieldLogger) {
+	r, err := bus.GetResult(ctx, w.js, blocker)
+	if err != nil {
+		return // none (it is running or queued), or the stream did not answer: wait
+	}
+	changed, err := w.store.Adopt(ctx, leases.Tag(a.SessionKey), blocker, r.Outcome())
+	if err != nil {
+		log().Warn("the attempt ahead has a durable result, but its record could not be updated: " + err.Error())
+		return
+	}
+	if changed {
+		log().WithFields(logrus.Fields{"blocker": blocker, "outcome": r.Outcome()}).
+			Warn("the attempt ahead had finished (its durable result exists) but its record said otherwise (writes lost in a Redis failover); the record now agrees")
+	}
+}
+
 // handle processes one fetched message; it holds one slot, which it passes to
 // the run when the claim succeeds and releases otherwise.
 func (w *Worker) handle(msg jetstream.Msg, harnessID string, h *hosted) {
@@ -192,6 +222,9 @@ func (w *Worker) handle(msg jetstream.Msg, harnessID string, h *hosted) {
 		var delivered uint64 = 1
 		if md, err := msg.Metadata(); err == nil {
 			delivered = md.NumDelivered
+		}
+		if delivered >= blockerCheckAfter && res.Wait == 0 && res.Blocker != "" {
+			w.settleFinishedBlocker(ctx, a, res.Blocker, log)
 		}
 		d := nakDelay(delivered)
 		if res.Wait > d {

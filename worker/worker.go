@@ -24,6 +24,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -36,6 +37,7 @@ import (
 	"github.com/teamster-fleet/teamster/internal/gopool"
 	"github.com/teamster-fleet/teamster/internal/logging"
 	"github.com/teamster-fleet/teamster/internal/metrics"
+	"github.com/teamster-fleet/teamster/internal/retry"
 	"github.com/teamster-fleet/teamster/leases"
 )
 
@@ -235,11 +237,27 @@ func (w *Worker) Start(ctx context.Context) error {
 	return nil
 }
 
+// setupBudget is how long a starting worker retries the JetStream setup
+// (streams, bucket, consumers) while JetStream does not answer.
+const setupBudget = time.Minute
+
 func (w *Worker) start(ctx context.Context) error {
 	// Create what is missing, change nothing that exists: the routers own
 	// the streams' configuration, and a worker's credentials cannot update
 	// it (deploy/compose/nats-accounts.conf).
-	kv, err := bus.Ensure(ctx, w.js, w.streams)
+	// A cluster still forming, or electing a stream's leader, does not
+	// answer in time: the setup is tried again for a while, logged.
+	var kv jetstream.KeyValue
+	err := retry.For(ctx, setupBudget, func() error {
+		var err error
+		if kv, err = bus.Ensure(ctx, w.js, w.streams); err != nil {
+			if !bus.Transient(err) {
+				return backoff.Permanent(err)
+			}
+			w.log.Warn("JetStream setup not done yet; trying again: " + err.Error())
+		}
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
@@ -247,11 +265,20 @@ func (w *Worker) start(ctx context.Context) error {
 		return fmt.Errorf("worker: redis: %w", err)
 	}
 	for id, h := range w.harnesses {
-		c, err := bus.EnsureHarnessConsumer(ctx, w.js, id)
+		err := retry.For(ctx, setupBudget, func() error {
+			c, err := bus.EnsureHarnessConsumer(ctx, w.js, id)
+			if err != nil {
+				if !bus.Transient(err) {
+					return backoff.Permanent(err)
+				}
+				w.log.Warn("JetStream consumer setup not done yet; trying again: " + err.Error())
+			}
+			h.consumer = c
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("worker: %w", err)
 		}
-		h.consumer = c
 	}
 	w.started = time.Now()
 	w.registry = newRegistry(registryParams{kv: kv, w: w, log: w.log})
