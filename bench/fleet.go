@@ -26,17 +26,24 @@ import (
 )
 
 // The same wiring as internal/fleettest, without testing.T: a private
-// redis-server process, an embedded NATS with JetStream on a loopback port
-// (the child worker of the memory scenario connects to it), one router and
-// workers, each with its own NATS connection and Redis client, the way
-// cmd/router and cmd/worker connect (default go-redis options).
+// redis-server process (or, for the topology scenario, a Sentinel set or a
+// Redis Cluster, bench/topology.go), an embedded NATS with JetStream on a
+// loopback port (the child worker of the memory scenario connects to it),
+// one router and workers, each with its own NATS connection and Redis
+// client, the way cmd/router and cmd/worker connect (cmdutil.Common.NewRedis:
+// default go-redis options).
 
-// servers are the bench's private redis-server and NATS server.
+// servers are the bench's private Redis and NATS server.
 type servers struct {
-	dir     string
-	redis   *redisproc.Redis
-	nats    *server.Server
-	natsURL string
+	dir  string
+	mode string // "" (standalone), topoSentinel or topoCluster
+	// Exactly one of redis, sentinel and cluster is set.
+	redis    *redisproc.Redis
+	sentinel *redisproc.SentinelSet
+	cluster  *redisproc.Cluster
+	nodes    []redisNode // every redis-server process, for their CPU
+	nats     *server.Server
+	natsURL  string
 }
 
 func startRedis(dir string) (*servers, error) {
@@ -47,7 +54,9 @@ func startRedis(dir string) (*servers, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &servers{dir: dir, redis: r}, nil
+	s := &servers{dir: dir, redis: r}
+	s.nodes, _ = s.findNodes(context.Background())
+	return s, nil
 }
 
 func (s *servers) startNATS() error {
@@ -60,20 +69,43 @@ func (s *servers) startNATS() error {
 	return nil
 }
 
-func (s *servers) redisURL() string { return s.redis.URL() }
+// redisURL is the Redis URL of the servers in their mode (cmdutil's
+// --redis-url).
+func (s *servers) redisURL() string {
+	switch {
+	case s.sentinel != nil:
+		return s.sentinel.URL()
+	case s.cluster != nil:
+		return s.cluster.URL()
+	}
+	return s.redis.URL()
+}
 
+// close stops the servers, every redis-server process included; a second
+// call does nothing.
 func (s *servers) close() {
 	if s.nats != nil {
 		s.nats.Shutdown()
 		s.nats.WaitForShutdown()
+		s.nats = nil
 	}
 	if s.redis != nil {
 		_ = s.redis.Kill()
+		s.redis = nil
+	}
+	if s.sentinel != nil {
+		s.sentinel.Close()
+		s.sentinel = nil
+	}
+	if s.cluster != nil {
+		s.cluster.Close()
+		s.cluster = nil
 	}
 }
 
-// newRedis is a client with cmd/*'s options (redis.ParseURL defaults) and,
-// when hook is set, the round-trip counter.
+// newRedis is a client of a standalone redis-server with cmd/*'s options
+// (redis.ParseURL defaults) and, when hook is set, the round-trip counter.
+// The fleet's clients come from servers.newFleetRedis.
 func newRedis(url string, hook redis.Hook) (*redis.Client, error) {
 	opts, err := redis.ParseURL(url)
 	if err != nil {
@@ -104,7 +136,8 @@ func quietLogger() *logrus.Logger {
 type fleet struct {
 	srv     *servers
 	log     *logrus.Logger
-	rt      *rtCounter // on the router's and the workers' Redis clients
+	rt      *rtCounter // on the router's and the workers' Redis clients (a cluster client's node clients)
+	issued  *rtCounter // on the router's and the workers' cluster clients themselves; nil unless cluster mode
 	router  *router.Router
 	workers []*worker.Worker
 	client  *client.Client
@@ -132,6 +165,9 @@ const (
 // that its pollers do not hold slots of the measured workers).
 func startFleet(ctx context.Context, srv *servers, workers, slots int) (*fleet, error) {
 	f := &fleet{srv: srv, log: quietLogger(), rt: &rtCounter{}, slots: slots}
+	if srv.mode == topoCluster {
+		f.issued = &rtCounter{}
+	}
 	if err := f.startRouter(ctx); err != nil {
 		f.close()
 		return nil, err
@@ -181,7 +217,7 @@ func (f *fleet) startRouter(ctx context.Context) error {
 		return err
 	}
 	f.closers = append(f.closers, nc.Close)
-	rdb, err := newRedis(f.srv.redisURL(), f.rt)
+	rdb, err := f.srv.newFleetRedis(f.rt, f.issued)
 	if err != nil {
 		return err
 	}
@@ -211,7 +247,7 @@ func (f *fleet) startWorker(ctx context.Context, cfg *worker.Config) (*worker.Wo
 	if err != nil {
 		return nil, err
 	}
-	rdb, err := newRedis(f.srv.redisURL(), f.rt)
+	rdb, err := f.srv.newFleetRedis(f.rt, f.issued)
 	if err != nil {
 		nc.Close()
 		return nil, err

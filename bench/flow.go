@@ -318,6 +318,8 @@ type throughputRun struct {
 	cmds      int64         // commands in them
 	kinds     string        // commands by kind, per result
 	redisWait time.Duration // time callers spent in those round trips
+	issued    int64         // round trips as a cluster client's callers issued them (each pipeline once); cluster mode only
+	topology  *topologyRun  // nil on the standalone redis-server
 }
 
 // measureThroughput runs `sessions` session loops (submit, wait for the
@@ -396,7 +398,10 @@ func measureThroughput(ctx context.Context, f *fleet, run, sessions int, warm, w
 		return nil, err
 	}
 	f.rt.reset()
-	if err := w.measure(ctx, f.srv.redisURL(), window); err != nil {
+	if f.issued != nil {
+		f.issued.reset()
+	}
+	if err := w.measure(ctx, f.srv, window); err != nil {
 		return nil, err
 	}
 	completed := w.completed.Load()
@@ -404,6 +409,13 @@ func measureThroughput(ctx context.Context, f *fleet, run, sessions int, warm, w
 	kinds := f.rt.opBreakdown(float64(max(completed, 1)))
 	cmds := f.rt.cmds.Load()
 	redisWait := time.Duration(f.rt.wait.Load())
+	var issued int64
+	if f.issued != nil {
+		// A cluster pipeline's node round trips run in parallel: the
+		// callers wait for the pipeline, once.
+		issued = f.issued.trips.Load()
+		redisWait = time.Duration(f.issued.wait.Load())
+	}
 	stopProfile()
 	stop.Store(true)
 	finished := make(chan struct{})
@@ -415,7 +427,7 @@ func measureThroughput(ctx context.Context, f *fleet, run, sessions int, warm, w
 	}
 
 	tr := &throughputRun{sessions: sessions, slots: f.slots, w: &w, errors: errs, firstErr: firstErr,
-		submitted: int(submitted.Load()), trips: trips, cmds: cmds, kinds: kinds, redisWait: redisWait}
+		submitted: int(submitted.Load()), trips: trips, cmds: cmds, kinds: kinds, redisWait: redisWait, issued: issued}
 	// Let the audit's copies of the last result events arrive, then look
 	// for missing and duplicate results.
 	var all []string
@@ -482,7 +494,15 @@ func (tr *throughputRun) row() Row {
 		note += "; first error: " + tr.firstErr
 	}
 	note = fmt.Sprintf("2 workers × %d slots; ", tr.slots) + note
-	r := Row{Scenario: fmt.Sprintf("teamster: throughput, %d sessions in flight", tr.sessions), Value: ptr(rate), Unit: "attempts/s", Note: note}.withLatency(w.latencies())
+	scenario := fmt.Sprintf("teamster: throughput, %d sessions in flight", tr.sessions)
+	if tr.topology != nil {
+		// The same figures on a replicated Redis; goal 2 is the standalone
+		// row's.
+		note += "; " + tr.topology.note(completed)
+		r := Row{Scenario: scenario + ", " + topologyTitle[tr.topology.mode], Value: ptr(rate), Unit: "attempts/s", Note: note}.withLatency(w.latencies())
+		return r.withGoal("exactly one result each", exact && tr.topology.failover == "")
+	}
+	r := Row{Scenario: scenario, Value: ptr(rate), Unit: "attempts/s", Note: note}.withLatency(w.latencies())
 	if tr.sessions >= 1024 {
 		return r.withGoal(fmt.Sprintf(">= %.0f/s, exactly one result each", goalThroughput), rate >= goalThroughput && exact)
 	}

@@ -356,7 +356,7 @@ func measureFlowFloor(ctx context.Context, f *fleet, p *flowPayloads, sessions i
 		}()
 	}
 	time.Sleep(warm)
-	if err := w.measure(ctx, f.srv.redisURL(), window); err != nil {
+	if err := w.measure(ctx, f.srv, window); err != nil {
 		return Row{}, err
 	}
 	completed := w.completed.Load()

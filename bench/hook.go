@@ -179,15 +179,18 @@ func connSetup(cmd redis.Cmder) bool {
 // published and its sent confirmation share one layout, a record key alone:
 // one kind, about two per result.)
 var scriptByKeys = map[string]string{
-	"attempt,order":                     "accept",
-	"order,attempt,lease,fence,session": "claim",
-	"lease,attempt":                     "renew",
-	"order,attempt,lease,session":       "finish",
-	"order,attempt,lease":               "abandon",
-	"attempt":                           "mark+sent",
-	"lease":                             "release",
-	"lease,session":                     "writeSession",
-	"fence":                             "epoch",
+	"attempt,order":                          "accept",
+	"order,attempt,lease,fence,session,node": "claim",
+	"order,attempt,lease,fence,session":      "claim", // before the per-slot node marker
+	"lease,attempt":                          "renew",
+	"order,attempt,lease,session":            "finish",
+	"order,attempt,lease":                    "abandon",
+	"attempt":                                "mark+sent",
+	"lease":                                  "release",
+	"lease,session":                          "writeSession",
+	"fence":                                  "epoch",
+	"due":                                    "reaperDue",
+	"node":                                   "markNode",
 }
 
 // cmdKind is the command's name, or for a script call the script's name,

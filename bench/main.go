@@ -14,10 +14,15 @@
 //     1, 64 and 1,024 sessions in flight, checking exactly one result each;
 //   - lease renewal with 10,000 leases in one leases.Keeper: round trips and
 //     CPU per renewal interval;
+//   - a claim's redis-server CPU and script time, a session's first (a new
+//     fence epoch) and a later turn's (bench/claim.go);
 //   - memory of the real worker binary (a child process): idle, and with
 //     10,000 sleeping turns in flight;
 //   - inject latency: request to the harness's queue call, by attempt id and
-//     by session key (a bench-only "probe" harness timestamps the call).
+//     by session key (a bench-only "probe" harness timestamps the call);
+//   - the largest throughput row again on a Redis Sentinel set and on a
+//     Redis Cluster (internal/redisproc), each with a fresh NATS server and
+//     fleet, after the standalone fleet has stopped (bench/topology.go).
 //
 // It prints one table to stdout, progress to stderr, and writes the same rows
 // as JSON (default bench/results.json). Every figure is measured in the run;
@@ -35,6 +40,7 @@ import (
 	_ "net/http/pprof" // -debug-addr
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -53,11 +59,13 @@ func main() {
 		injectN    = flag.Int("inject-n", 1000, "injects per addressing mode (after 50 warm-up)")
 		leasesN    = flag.Int("leases", 10000, "leases held for the renewal figures")
 		renewN     = flag.Int("renew-rounds", 30, "RenewNow rounds the renewal CPU is averaged over")
+		claimN     = flag.Int("claims", 2000, "claims in a row of each kind (a session's first, a later turn's) for the claim figures")
 		memTurns   = flag.Int("mem-turns", 10000, "sleeping turns for the memory figures")
 		sessions   = flag.String("sessions", "1,64,1024", "session counts of the throughput runs")
 		slots      = flag.Int("slots", 0, "slots of each of the two measured workers; 0: enough for the largest session count to run at once (half of it each, at least the worker default of 64)")
 		workerBin  = flag.String("worker-bin", "", "worker binary for the memory scenario; default: go build ./cmd/worker")
-		only       = flag.String("only", "", "run only these scenarios (comma-separated: renew,floor,latency,throughput,flowfloor,inject,memory; and resultsmem, which runs only when named)")
+		only       = flag.String("only", "", "run only these scenarios (comma-separated: renew,claim,floor,latency,throughput,flowfloor,inject,memory,topology; and resultsmem, which runs only when named)")
+		topologies = flag.String("topologies", "sentinel,cluster", "replicated Redis topologies of the topology scenario (comma-separated: sentinel, cluster); it runs the largest session count on each, with -warm and -window")
 		resultsN   = flag.Int("results-n", 200000, "results the resultsmem scenario stores")
 		failOnGoal = flag.Bool("fail-on-goal", false, "exit 1 when a goal fails")
 		debugAddr  = flag.String("debug-addr", "", "serve net/http/pprof on this address while running, e.g. 127.0.0.1:6060")
@@ -69,6 +77,10 @@ func main() {
 	named := func(s string) bool { return strings.Contains(","+*only+",", ","+s+",") }
 	want := func(s string) bool { return *only == "" || named(s) }
 	counts, err := parseCounts(*sessions)
+	if err != nil {
+		fatal(err)
+	}
+	topos, err := parseTopologies(*topologies)
 	if err != nil {
 		fatal(err)
 	}
@@ -92,6 +104,14 @@ func main() {
 
 	if want("renew") {
 		r, err := measureRenewal(ctx, srv, *leasesN, *renewN)
+		if err != nil {
+			fatalClose(srv, err)
+		}
+		rows = append(rows, r...)
+	}
+
+	if want("claim") {
+		r, err := measureClaims(ctx, srv.redisURL(), *claimN)
 		if err != nil {
 			fatalClose(srv, err)
 		}
@@ -147,6 +167,9 @@ func main() {
 			throughputRow = &row
 		}
 	}
+	// The topology rows go here, beside the throughput rows, though they
+	// run last.
+	topologyAt := len(rows)
 	if want("flowfloor") {
 		// The contract's flow with none of teamster's work: what any
 		// implementation of it pays on this machine, one flow at a time and
@@ -204,6 +227,20 @@ func main() {
 	progress("stopping the fleet")
 	f.close()
 	srv.close()
+	if want("topology") && len(topos) > 0 {
+		var topoRows []Row
+		for _, mode := range topos {
+			r, err := measureTopology(ctx, dir, mode, counts[len(counts)-1], workerSlots, *warm, *window)
+			if err != nil {
+				fatal(err)
+			}
+			if throughputRow != nil && throughputRow.Value != nil && *throughputRow.Value > 0 && r.Value != nil {
+				r.Note = fmt.Sprintf("%.2f of the standalone row's attempts/s in this run; ", *r.Value / *throughputRow.Value) + r.Note
+			}
+			topoRows = append(topoRows, r)
+		}
+		rows = slices.Insert(rows, topologyAt, topoRows...)
+	}
 	env["loadavg-end"] = loadAvg()
 	if busy := machineBusy(); busy != "" {
 		progress("WARNING: %s; the figures are polluted by other processes", busy)

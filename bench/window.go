@@ -46,7 +46,8 @@ func machineCPU() (busy, total int64) {
 	return busy, total
 }
 
-// redisCPU is redis-server's CPU time so far (used_cpu_user + used_cpu_sys).
+// redisCPU is redis-server's CPU time so far (used_cpu_user + used_cpu_sys):
+// the whole process's, its threads included.
 func redisCPU(ctx context.Context, rdb *redis.Client) (time.Duration, error) {
 	info, err := rdb.Info(ctx, "cpu").Result()
 	if err != nil {
@@ -75,7 +76,8 @@ type meter struct {
 	mu        sync.Mutex
 	lat       latencies
 
-	elapsed, cpu, redisCPU time.Duration
+	elapsed, cpu, redisCPU time.Duration // redisCPU: every redis-server process of the servers
+	redisByRole            map[string]time.Duration
 	machineBusy            float64 // percent of all CPUs
 	// heap is what this process allocated in the window and the CPU its
 	// garbage collector spent; steadier between runs than CPU time, which
@@ -126,13 +128,11 @@ func (m *meter) done(d time.Duration) {
 }
 
 // measure opens the window for d, then closes it.
-func (m *meter) measure(ctx context.Context, redisURL string, d time.Duration) error {
-	rdb, err := newRedis(redisURL, nil)
+func (m *meter) measure(ctx context.Context, srv *servers, d time.Duration) error {
+	redis0, err := srv.redisCPU(ctx)
 	if err != nil {
-		return err
+		progress("redis-server CPU before the window: %v", err)
 	}
-	defer rdb.Close()
-	redis0, _ := redisCPU(ctx, rdb)
 	cpu0 := processCPU()
 	heap0 := readHeap()
 	busy0, total0 := machineCPU()
@@ -147,8 +147,17 @@ func (m *meter) measure(ctx context.Context, redisURL string, d time.Duration) e
 	if total1 > total0 {
 		m.machineBusy = 100 * float64(busy1-busy0) / float64(total1-total0)
 	}
-	redis1, _ := redisCPU(ctx, rdb)
-	m.redisCPU = redis1 - redis0
+	redis1, err := srv.redisCPU(ctx)
+	if err != nil {
+		progress("redis-server CPU after the window: %v", err)
+	}
+	m.redisByRole = map[string]time.Duration{}
+	for role, t := range redis1 {
+		if t0, ok := redis0[role]; ok { // both readings answered
+			m.redisByRole[role] = t - t0
+			m.redisCPU += t - t0
+		}
+	}
 	return nil
 }
 
