@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -435,25 +436,38 @@ func isNoScript(err error) bool {
 }
 
 // Leases counts the session leases held and returns up to max of them, by
-// scanning the keyspace (an operator's view, not a hot path).
+// scanning the keyspace (an operator's view, not a hot path): every master's
+// of a Redis Cluster.
 func (s *Store) Leases(ctx context.Context, max int) (int, []LeaseInfo, error) {
 	var held int
 	var shown []LeaseInfo
-	iter := s.rdb.Scan(ctx, 0, keyRoot+"{*}:lease", 1000).Iterator()
-	for iter.Next(ctx) {
-		held++
-		if len(shown) >= max {
-			continue
+	scan := func(ctx context.Context, c redis.Cmdable) error {
+		iter := c.Scan(ctx, 0, keyRoot+"{*}:lease", 1000).Iterator()
+		for iter.Next(ctx) {
+			held++
+			if len(shown) >= max {
+				continue
+			}
+			key := iter.Val()
+			m, err := s.rdb.HGetAll(ctx, key).Result()
+			if err != nil || len(m) == 0 {
+				continue
+			}
+			ttl, _ := s.rdb.PTTL(ctx, key).Result()
+			shown = append(shown, LeaseInfo{Tag: tagOf(key), Holder: m["holder"], AttemptID: m["attempt"], Fence: m["fence"], TTL: ttl})
 		}
-		key := iter.Val()
-		m, err := s.rdb.HGetAll(ctx, key).Result()
-		if err != nil || len(m) == 0 {
-			continue
-		}
-		ttl, _ := s.rdb.PTTL(ctx, key).Result()
-		shown = append(shown, LeaseInfo{Tag: tagOf(key), Holder: m["holder"], AttemptID: m["attempt"], Fence: m["fence"], TTL: ttl})
+		return iter.Err()
 	}
-	return held, shown, iter.Err()
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		var mu sync.Mutex
+		err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			mu.Lock()
+			defer mu.Unlock()
+			return scan(ctx, c)
+		})
+		return held, shown, err
+	}
+	return held, shown, scan(ctx, s.rdb)
 }
 
 // tagOf returns the hash tag of a session key name.
