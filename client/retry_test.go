@@ -183,7 +183,17 @@ func TestSubmitWhoseReplyIsLostIsSentAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.StartRouter()
-	lostReply, err := taker.RequestMsg(&nats.Msg{Subject: bus.SubjectSubmit, Data: first.Data}, waitTimeout)
+	// The new router's subscription reaches the server a moment after
+	// StartRouter returns: until then the request has no responders.
+	var lostReply *nats.Msg
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		lostReply, err = taker.RequestMsg(&nats.Msg{Subject: bus.SubjectSubmit, Data: first.Data}, waitTimeout)
+		if !errors.Is(err, nats.ErrNoResponders) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -251,8 +251,17 @@ func TestSubmitsRideOutTheLossOfTheAttemptsLeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bus.Setup(ctx, js, bus.StreamOptions{Replicas: 3}); err != nil {
-		t.Fatal(err)
+	// A cluster just formed may take a while to place three replicas under
+	// a loaded machine; the routers retry the same way (setupBudget).
+	for {
+		_, err := bus.Setup(ctx, js, bus.StreamOptions{Replicas: 3})
+		if err == nil {
+			break
+		}
+		if !bus.Transient(err) || ctx.Err() != nil {
+			t.Fatal(err)
+		}
+		t.Logf("setup not done yet: %v", err)
 	}
 	leader, err := f.nats.StreamLeader(ctx, bus.StreamAttempts)
 	if err != nil {
