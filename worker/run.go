@@ -92,6 +92,15 @@ func (r *run) execute() {
 // returns. Then it finishes the attempt with the harness's outcome.
 func (r *run) turn(binding json.RawMessage) {
 	defer r.end()
+	// A worker held up (a pause) between its claim and here may wake with
+	// its lease gone and the session's next turn already running: the
+	// harness must not start then. It fails honestly, having done nothing.
+	if !r.lease.Current() {
+		r.finish(r.errorResult(teamster.Errorf(teamster.CodeLeaseLost,
+			"the lease was lost before the harness started (the worker was held up after its claim); nothing ran").
+			WithSideEffects(teamster.SideEffectsNone)))
+		return
+	}
 	ctx, cancel := r.turnContext()
 	defer cancel()
 	w := r.watchSettlement(ctx)
