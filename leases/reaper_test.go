@@ -269,3 +269,34 @@ func TestMarkPublishedFirstMarkerWins(t *testing.T) {
 		t.Fatal("an empty marker token was accepted")
 	}
 }
+
+// A mark points the attempt's reaper index entry at the end of its send
+// window, whatever it pointed at before: a marker that dies right after its
+// claim, before the keeper moved the entry off the queue deadline, still
+// has its unconfirmed mark taken over when the window ends.
+func TestAMarkPointsTheReaperAtTheEndOfItsSendWindow(t *testing.T) {
+	s := newStore(t)
+	k := newKeeper(t, s, "w1", 5*time.Second, nil)
+	accept(t, s, "s1", "a1", time.Hour)
+	l := mustClaim(t, k, "s1", "a1")
+	if st, err := l.Finish(ctx, Outcome{Code: OutcomeOK, Result: []byte(`{"v":1}`)}); err != nil || st != Finished {
+		t.Fatalf("finish: %s %v", st, err)
+	}
+	// As if the keeper's index move had never been sent.
+	member, key := indexMember(Tag("s1"), "a1"), indexKeyOf(Tag("s1"))
+	queueDeadline := float64(time.Now().Add(time.Hour).UnixMilli())
+	if err := s.rdb.ZAdd(ctx, key, redisZ(queueDeadline, member)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	if m, err := s.MarkPublished(ctx, "s1", "a1", "w1-fence"); err != nil || m != MarkedNow {
+		t.Fatalf("mark: %v %v", m, err)
+	}
+	score, err := s.rdb.ZScore(ctx, key, member).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at := time.UnixMilli(int64(score)); at.After(time.Now().Add(SendWindow)) || at.Before(before.Add(SendWindow-time.Second)) {
+		t.Fatalf("index entry due at %s after the mark, want the send window's end (%s from the mark)", at.Format(time.RFC3339Nano), SendWindow)
+	}
+}

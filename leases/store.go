@@ -307,7 +307,15 @@ func (s *Store) markPublished(ctx context.Context, tag, attemptID, by string) (M
 	if by == "" {
 		return 0, errors.New("mark published: empty marker token")
 	}
-	n, err := s.script(ctx, nil, markPublishedScript, []string{keysOfTag(tag).attempt(attemptID)}, by).Int()
+	// The mark opens a send window that a reaper takes over when it ends
+	// unconfirmed: the attempt's index entry is pointed at the window's end
+	// in the same round trip (XX: an entry already dropped stays dropped),
+	// whatever it pointed at before. Without it, a marker that died right
+	// after its claim, before the keeper moved the entry off the queue
+	// deadline, left its result event to wait for that deadline.
+	due := float64(time.Now().Add(SendWindow).UnixMilli())
+	move := redis.NewIntCmd(ctx, "zadd", indexKeyOf(tag), "xx", due, indexMember(tag, attemptID))
+	n, err := s.script(ctx, []redis.Cmder{move}, markPublishedScript, []string{keysOfTag(tag).attempt(attemptID)}, by).Int()
 	if err != nil {
 		return 0, err
 	}
