@@ -1,12 +1,9 @@
 package main
 
 import (
-	"bytes"
-	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -14,8 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/pprof/profile"
 	"github.com/redis/go-redis/v9"
-	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/teamster-fleet/teamster/internal/cmdutil"
 	"github.com/teamster-fleet/teamster/internal/redisproc"
@@ -366,171 +363,33 @@ func (t *topologyRun) note(completed int64) string {
 	return s
 }
 
-// labelCPU reads a CPU profile as runtime/pprof writes it (gzipped
-// profile.proto) and returns the CPU of the samples labelled key=value and
-// of all samples.
+// labelCPU reads a CPU profile as runtime/pprof writes it and returns the
+// CPU of the samples labelled key=value and of all samples.
 func labelCPU(path, key, value string) (labelled, total time.Duration, err error) {
-	raw, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return 0, 0, err
 	}
-	zr, err := gzip.NewReader(bytes.NewReader(raw))
+	defer f.Close()
+	p, err := profile.Parse(f)
 	if err != nil {
 		return 0, 0, err
-	}
-	b, err := io.ReadAll(zr)
-	if err != nil {
-		return 0, 0, err
-	}
-	type sample struct {
-		value  []int64
-		labels [][2]int64 // string table indexes of key and value
-	}
-	var (
-		samples []sample
-		strs    []string
-		types   []int64 // string table index of each sample type
-	)
-	bad := errors.New("malformed profile")
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return 0, 0, bad
-		}
-		b = b[n:]
-		if typ != protowire.BytesType {
-			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-				return 0, 0, bad
-			}
-			b = b[n:]
-			continue
-		}
-		msg, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return 0, 0, bad
-		}
-		b = b[n:]
-		switch num {
-		case 1: // sample_type: ValueType{type = 1, unit = 2}
-			fields, err := protoInts(msg)
-			if err != nil {
-				return 0, 0, err
-			}
-			types = append(types, first(fields[1]))
-		case 2: // sample: Sample{location_id = 1, value = 2, label = 3}
-			var s sample
-			for len(msg) > 0 {
-				fnum, ftyp, n := protowire.ConsumeTag(msg)
-				if n < 0 {
-					return 0, 0, bad
-				}
-				msg = msg[n:]
-				switch {
-				case fnum == 2 && ftyp == protowire.BytesType: // packed values
-					p, n := protowire.ConsumeBytes(msg)
-					if n < 0 {
-						return 0, 0, bad
-					}
-					msg = msg[n:]
-					for len(p) > 0 {
-						v, n := protowire.ConsumeVarint(p)
-						if n < 0 {
-							return 0, 0, bad
-						}
-						p = p[n:]
-						s.value = append(s.value, int64(v))
-					}
-				case fnum == 2 && ftyp == protowire.VarintType:
-					v, n := protowire.ConsumeVarint(msg)
-					if n < 0 {
-						return 0, 0, bad
-					}
-					msg = msg[n:]
-					s.value = append(s.value, int64(v))
-				case fnum == 3 && ftyp == protowire.BytesType: // Label{key = 1, str = 2}
-					l, n := protowire.ConsumeBytes(msg)
-					if n < 0 {
-						return 0, 0, bad
-					}
-					msg = msg[n:]
-					fields, err := protoInts(l)
-					if err != nil {
-						return 0, 0, err
-					}
-					s.labels = append(s.labels, [2]int64{first(fields[1]), first(fields[2])})
-				default:
-					if n = protowire.ConsumeFieldValue(fnum, ftyp, msg); n < 0 {
-						return 0, 0, bad
-					}
-					msg = msg[n:]
-				}
-			}
-			samples = append(samples, s)
-		case 6: // string_table
-			strs = append(strs, string(msg))
-		}
-	}
-	str := func(i int64) string {
-		if i < 0 || int(i) >= len(strs) {
-			return ""
-		}
-		return strs[i]
 	}
 	cpu := -1 // the value in nanoseconds of CPU
-	for i, t := range types {
-		if str(t) == "cpu" {
+	for i, t := range p.SampleType {
+		if t.Type == "cpu" {
 			cpu = i
 		}
 	}
 	if cpu < 0 {
 		return 0, 0, errors.New("no cpu sample type in the profile")
 	}
-	for _, s := range samples {
-		if cpu >= len(s.value) {
-			continue
-		}
-		v := time.Duration(s.value[cpu])
+	for _, s := range p.Sample {
+		v := time.Duration(s.Value[cpu])
 		total += v
-		for _, l := range s.labels {
-			if str(l[0]) == key && str(l[1]) == value {
-				labelled += v
-				break
-			}
+		if slices.Contains(s.Label[key], value) {
+			labelled += v
 		}
 	}
 	return labelled, total, nil
-}
-
-// protoInts reads a message of varint fields (the others skipped) by field
-// number.
-func protoInts(b []byte) (map[protowire.Number][]int64, error) {
-	out := map[protowire.Number][]int64{}
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return nil, errors.New("malformed profile")
-		}
-		b = b[n:]
-		if typ == protowire.VarintType {
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return nil, errors.New("malformed profile")
-			}
-			b = b[n:]
-			out[num] = append(out[num], int64(v))
-			continue
-		}
-		if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-			return nil, errors.New("malformed profile")
-		}
-		b = b[n:]
-	}
-	return out, nil
-}
-
-func first(v []int64) int64 {
-	if len(v) == 0 {
-		return -1
-	}
-	return v[0]
 }
