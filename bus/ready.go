@@ -1,9 +1,14 @@
 package bus
 
 import (
+	"context"
 	"errors"
+	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/teamster-fleet/teamster/internal/retry"
 )
 
 // Transient says whether a JetStream API error may pass by trying again:
@@ -17,4 +22,22 @@ func Transient(err error) bool {
 		return api.Code >= 500 || api.Code == 408
 	}
 	return err != nil
+}
+
+// RetryTransient runs op until it succeeds, fails with an error that is not
+// Transient, ctx ends or budget passes, calling onRetry with each transient
+// failure (to log it). It is how a starting router or worker waits out a
+// cluster still forming or electing a stream's leader.
+func RetryTransient(ctx context.Context, budget time.Duration, onRetry func(error), op func() error) error {
+	return retry.For(ctx, budget, func() error {
+		err := op()
+		if err == nil {
+			return nil
+		}
+		if !Transient(err) {
+			return backoff.Permanent(err)
+		}
+		onRetry(err)
+		return err
+	})
 }

@@ -22,16 +22,19 @@ type DueEntry struct {
 // more: call again.
 func (s *Store) Due(ctx context.Context, limit int, visibility time.Duration) (entries []DueEntry, full bool, err error) {
 	cmds := make([]*redis.Cmd, IndexShards)
-	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, key := range indexKeys {
-			cmds[i] = dueScript.EvalSha(ctx, p, []string{key}, limit, visibility.Milliseconds())
-		}
-		return nil
-	})
-	if isNoScript(err) {
-		if err = s.Load(ctx); err == nil {
-			return s.Due(ctx, limit, visibility)
-		}
+	due := func() error {
+		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, key := range indexKeys {
+				cmds[i] = dueScript.EvalSha(ctx, p, []string{key}, limit, visibility.Milliseconds())
+			}
+			return nil
+		})
+		return err
+	}
+	// Redis forgot the scripts (a restart, a promoted replica): load them
+	// and try once more.
+	if err = due(); isNoScript(err) && s.Load(ctx) == nil {
+		_ = due()
 	}
 	var failed error
 	for i, c := range cmds {

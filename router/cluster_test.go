@@ -253,15 +253,12 @@ func TestSubmitsRideOutTheLossOfTheAttemptsLeader(t *testing.T) {
 	}
 	// A cluster just formed may take a while to place three replicas under
 	// a loaded machine; the routers retry the same way (setupBudget).
-	for {
+	err = bus.RetryTransient(ctx, time.Minute, func(err error) { t.Logf("setup not done yet: %v", err) }, func() error {
 		_, err := bus.Setup(ctx, js, bus.StreamOptions{Replicas: 3})
-		if err == nil {
-			break
-		}
-		if !bus.Transient(err) || ctx.Err() != nil {
-			t.Fatal(err)
-		}
-		t.Logf("setup not done yet: %v", err)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	leader, err := f.nats.StreamLeader(ctx, bus.StreamAttempts)
 	if err != nil {

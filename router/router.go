@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
@@ -21,7 +20,6 @@ import (
 	"github.com/teamster-fleet/teamster/internal/gopool"
 	"github.com/teamster-fleet/teamster/internal/logging"
 	"github.com/teamster-fleet/teamster/internal/metrics"
-	"github.com/teamster-fleet/teamster/internal/retry"
 	"github.com/teamster-fleet/teamster/leases"
 	"github.com/teamster-fleet/teamster/selection"
 )
@@ -123,14 +121,11 @@ func (r *Router) Start(ctx context.Context) error {
 	// A cluster still forming, or electing a stream's leader, does not
 	// answer in time: the setup is tried again for a while, logged.
 	var kv jetstream.KeyValue
-	err := retry.For(ctx, setupBudget, func() error {
+	err := bus.RetryTransient(ctx, setupBudget, func(err error) {
+		r.log.Warn("JetStream setup not done yet; trying again: " + err.Error())
+	}, func() error {
 		var err error
-		if kv, err = bus.Setup(ctx, r.js, r.streams); err != nil {
-			if !bus.Transient(err) {
-				return backoff.Permanent(err)
-			}
-			r.log.Warn("JetStream setup not done yet; trying again: " + err.Error())
-		}
+		kv, err = bus.Setup(ctx, r.js, r.streams)
 		return err
 	})
 	if err != nil {

@@ -355,10 +355,8 @@ func (r *run) finish(res *bus.Result) {
 		r.giveUp(ctx)
 		return
 	}
-	outcome := leases.Outcome{Code: leases.OutcomeOK, Result: body}
-	if res.Error != nil {
-		outcome.Code = string(res.Error.Code)
-	} else {
+	outcome := leases.Outcome{Code: res.Outcome(), Result: body}
+	if res.Error == nil {
 		outcome.Session = r.sessionUpdate(res)
 	}
 	var st leases.FinishStatus

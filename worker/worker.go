@@ -24,7 +24,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -37,7 +36,6 @@ import (
 	"github.com/teamster-fleet/teamster/internal/gopool"
 	"github.com/teamster-fleet/teamster/internal/logging"
 	"github.com/teamster-fleet/teamster/internal/metrics"
-	"github.com/teamster-fleet/teamster/internal/retry"
 	"github.com/teamster-fleet/teamster/leases"
 )
 
@@ -247,15 +245,11 @@ func (w *Worker) start(ctx context.Context) error {
 	// it (deploy/compose/nats-accounts.conf).
 	// A cluster still forming, or electing a stream's leader, does not
 	// answer in time: the setup is tried again for a while, logged.
+	warn := func(err error) { w.log.Warn("JetStream setup not done yet; trying again: " + err.Error()) }
 	var kv jetstream.KeyValue
-	err := retry.For(ctx, setupBudget, func() error {
+	err := bus.RetryTransient(ctx, setupBudget, warn, func() error {
 		var err error
-		if kv, err = bus.Ensure(ctx, w.js, w.streams); err != nil {
-			if !bus.Transient(err) {
-				return backoff.Permanent(err)
-			}
-			w.log.Warn("JetStream setup not done yet; trying again: " + err.Error())
-		}
+		kv, err = bus.Ensure(ctx, w.js, w.streams)
 		return err
 	})
 	if err != nil {
@@ -265,15 +259,9 @@ func (w *Worker) start(ctx context.Context) error {
 		return fmt.Errorf("worker: redis: %w", err)
 	}
 	for id, h := range w.harnesses {
-		err := retry.For(ctx, setupBudget, func() error {
-			c, err := bus.EnsureHarnessConsumer(ctx, w.js, id)
-			if err != nil {
-				if !bus.Transient(err) {
-					return backoff.Permanent(err)
-				}
-				w.log.Warn("JetStream consumer setup not done yet; trying again: " + err.Error())
-			}
-			h.consumer = c
+		err := bus.RetryTransient(ctx, setupBudget, warn, func() error {
+			var err error
+			h.consumer, err = bus.EnsureHarnessConsumer(ctx, w.js, id)
 			return err
 		})
 		if err != nil {
