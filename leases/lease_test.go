@@ -528,3 +528,43 @@ func waitDone(t *testing.T, l *Lease, what string) {
 		t.Fatalf("%s: lease Done not closed", what)
 	}
 }
+
+// Lease operations compare holder, attempt and fence, not the fence alone:
+// after a failover that lost writes, another holder could come to hold a
+// lease under a fence equal to one handed out before. Each script, given
+// the live lease's fence with another holder or another attempt, refuses
+// and leaves the lease and the records as they were.
+func TestLeaseOperationsCompareHolderAttemptAndFence(t *testing.T) {
+	s := newStore(t)
+	k := newKeeper(t, s, "w1", 5*time.Second, nil)
+	accept(t, s, "sess", "a1", time.Minute)
+	l := mustClaim(t, k, "sess", "a1")
+	keys, fence := keysFor("sess"), l.Fence()
+	for _, who := range []struct{ holder, attempt string }{{"w2", "a1"}, {"w1", "a2"}} {
+		if n, err := renewScript.Run(ctx, s.rdb, []string{keys.lease(), keys.attempt("a1")}, fence, 60000, 1, who.holder, who.attempt).Int(); err != nil || n != 0 {
+			t.Errorf("renew as %+v: %d %v, want refused", who, n, err)
+		}
+		if n, err := releaseScript.Run(ctx, s.rdb, []string{keys.lease()}, fence, who.holder, who.attempt).Int(); err != nil || n != 0 {
+			t.Errorf("release as %+v: %d %v, want refused", who, n, err)
+		}
+		if n, err := writeSessionScript.Run(ctx, s.rdb, []string{keys.lease(), keys.session()}, fence, who.holder, who.attempt, FieldSessionID, "stolen").Int(); err != nil || n != 0 {
+			t.Errorf("session write as %+v: %d %v, want refused", who, n, err)
+		}
+		if who.attempt == "a1" {
+			if st, err := finishScript.Run(ctx, s.rdb, []string{keys.order(), keys.attempt("a1"), keys.lease(), keys.session()},
+				"a1", fence, OutcomeOK, "{}", 1000, who.holder, FieldSessionID, "stolen").Text(); err != nil || st != "fenced" {
+				t.Errorf("finish as %+v: %q %v, want fenced", who, st, err)
+			}
+		}
+	}
+	info, err := s.LeaseOf(ctx, "sess")
+	if err != nil || info.Holder != "w1" || info.AttemptID != "a1" || info.Fence != fence {
+		t.Fatalf("lease after refused operations: %+v %v, want w1's for a1 under %s", info, err, fence)
+	}
+	if rec, err := s.Attempt(ctx, "sess", "a1"); err != nil || rec.Outcome != "" {
+		t.Fatalf("attempt record: %+v %v, want no outcome", rec, err)
+	}
+	if _, err := s.Session(ctx, "sess"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("session record: %v, want none written", err)
+	}
+}

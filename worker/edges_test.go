@@ -17,6 +17,7 @@ import (
 	"github.com/teamster-fleet/teamster/client"
 	"github.com/teamster-fleet/teamster/harness"
 	"github.com/teamster-fleet/teamster/internal/fleettest"
+	"github.com/teamster-fleet/teamster/leases"
 	"github.com/teamster-fleet/teamster/selection"
 	"github.com/teamster-fleet/teamster/worker"
 )
@@ -279,5 +280,42 @@ func TestAResumeRacingTheEndOfTheDrainWins(t *testing.T) {
 	worker.SetBeforeDrainWait(w, nil)
 	if r := result(t, submit(t, f.Client, fleettest.Attempt("after-resumes", "still here"))); r.Status != teamster.StatusOK {
 		t.Fatalf("after the resumes: %+v", r)
+	}
+}
+
+// An attempt that finished (its durable result exists) but whose record a
+// Redis failover left queued at the head of its session's order holds the
+// session's next turn only until a worker waiting behind it asks the
+// results stream: the record is made to agree, and the next turn runs.
+func TestATurnHeldBehindAFinishedAttemptRunsOnceTheRecordAgrees(t *testing.T) {
+	f := fleettest.Start(t, fleettest.Options{Workers: 1})
+	store := leases.NewStore(f.RDB)
+	// The ghost: accepted in Redis, never published (its message was
+	// claimed and acknowledged on the primary that was lost), finished ok
+	// in the results stream.
+	ghost := fleettest.Attempt("held", "ghost")
+	ghost.AttemptID = "ghost-1"
+	if _, err := store.Accept(t.Context(), leases.AcceptArgs{SessionKey: ghost.SessionKey, AttemptID: ghost.AttemptID,
+		Digest: "ghost", HarnessID: "codex", QueueTimeout: time.Hour, RunBudget: time.Minute, Reply: []byte(`{"v":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	_, js := f.NATS.JetStream(t)
+	res := &bus.Result{V: bus.Version, AttemptID: ghost.AttemptID, Status: teamster.StatusOK, HarnessID: "codex", WorkerID: "w-lost",
+		AssistantTexts: []string{"done"}}
+	body, err := bus.Encode(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.PublishResultBody(t.Context(), js, ghost.AttemptID, body); err != nil {
+		t.Fatal(err)
+	}
+
+	h := submit(t, f.Client, fleettest.Attempt("held", "next turn"))
+	if r := result(t, h); r.Status != teamster.StatusOK {
+		t.Fatalf("the next turn: %+v, want ok", r)
+	}
+	rec, err := store.Attempt(t.Context(), ghost.SessionKey, ghost.AttemptID)
+	if err != nil || rec.State != leases.StateFinished || rec.Outcome != leases.OutcomeOK {
+		t.Fatalf("the ghost's record: %+v %v, want finished ok (the durable result's outcome)", rec, err)
 	}
 }
