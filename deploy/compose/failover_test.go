@@ -5,17 +5,16 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/teamster-fleet/teamster/internal/redisproc"
 	"github.com/teamster-fleet/teamster/internal/testenv"
 )
 
@@ -38,9 +37,6 @@ import (
 func TestShippedRedisFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a Sentinel failover with the shipped timings takes about 20 s")
-	}
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Fatal("redis-server is not installed (run `make deps`)")
 	}
 	c := loadCompose(t)
 	rs := c.redisSet(t)
@@ -77,10 +73,11 @@ func TestShippedRedisFailover(t *testing.T) {
 		ports[name] = p
 	}
 	dir := t.TempDir()
-	procs := map[string]*redisProcess{}
+	procs := map[string]*redisproc.Redis{}
 	direct := map[string]*redis.Client{}
 	for _, name := range append([]string{primary}, replicas...) {
-		procs[name] = startRedisProcess(t, dir, name, loopbackDataArgs(t, rs.nodes[name], ports, filepath.Join(dir, name)))
+		procs[name] = startRedis(t, dir, redisproc.Options{Port: ports[name], Password: password,
+			Args: loopbackDataArgs(t, rs.nodes[name], ports, filepath.Join(dir, name))})
 		direct[name] = redis.NewClient(&redis.Options{Addr: loopback(ports[name]), Password: password, MaxRetries: -1,
 			DialTimeout: 500 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond})
 		t.Cleanup(func() { direct[name].Close() })
@@ -107,7 +104,8 @@ func TestShippedRedisFailover(t *testing.T) {
 		if err := os.WriteFile(conf, []byte(loopbackSentinelConf(t, rs.sentinels[name], ports, dir)), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		procs[name] = startRedisProcess(t, dir, name, []string{conf, "--sentinel"})
+		procs[name] = startRedis(t, dir, redisproc.Options{Port: ports[name], Password: rs.sentinels[name].password,
+			ConfigFile: conf, Sentinel: true})
 	}
 	for _, name := range sortedKeys(rs.sentinels) {
 		sc := redis.NewSentinelClient(&redis.Options{Addr: loopback(ports[name]), Password: rs.sentinels[name].password, MaxRetries: -1})
@@ -139,7 +137,7 @@ func TestShippedRedisFailover(t *testing.T) {
 	// A: the primary cut off from both replicas stops accepting writes.
 	cut := time.Now()
 	for _, r := range replicas {
-		procs[r].signal(t, syscall.SIGSTOP)
+		pause(t, procs[r])
 	}
 	var refused time.Duration
 	for i := 0; ; i++ {
@@ -157,7 +155,7 @@ func TestShippedRedisFailover(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	for _, r := range replicas {
-		procs[r].signal(t, syscall.SIGCONT)
+		resume(t, procs[r])
 	}
 	t.Logf("A: the primary refused writes %.3f s after its replicas froze (bound min-replicas-max-lag + 2 s = %s)", refused.Seconds(), aBound)
 	if refused > aBound+300*time.Millisecond {
@@ -204,7 +202,7 @@ func TestShippedRedisFailover(t *testing.T) {
 	}()
 	time.Sleep(200 * time.Millisecond)
 	cut = time.Now()
-	procs[primary].signal(t, syscall.SIGSTOP)
+	pause(t, procs[primary])
 	var promoted string
 	waitUntil(t, "a replica is promoted", func() bool {
 		for _, r := range replicas {
@@ -238,7 +236,7 @@ func TestShippedRedisFailover(t *testing.T) {
 	// The old primary runs again: the Sentinels make it a replica of the
 	// new one. Meanwhile it should refuse writes, having no replica left
 	// (logged, not asserted: the order in which it learns that is Redis's).
-	procs[primary].signal(t, syscall.SIGCONT)
+	resume(t, procs[primary])
 	t.Logf("the old primary, running again, answers a write with: %v", direct[primary].Set(ctx, "teamster:test", "stale", 0).Err())
 	waitUntil(t, "the Sentinels turn the old primary into a replica", func() bool { return role(primary) == "slave" && linked(primary) })
 	if got, err := direct[primary].Get(ctx, "teamster:test").Result(); err != nil || got != "D" {
@@ -305,44 +303,28 @@ func loopbackSentinelConf(t *testing.T, sn *sentinelNode, ports map[string]int, 
 	return strings.Join(lines, "\n") + "\n"
 }
 
-// redisProcess is a redis-server the test started; it is killed when the
-// test ends.
-type redisProcess struct {
-	name string
-	cmd  *exec.Cmd
-	log  string
-}
-
-func startRedisProcess(t *testing.T, dir, name string, args []string) *redisProcess {
+// startRedis starts a data node or a Sentinel with internal/redisproc; it
+// is killed when the test ends.
+func startRedis(t *testing.T, dir string, o redisproc.Options) *redisproc.Redis {
 	t.Helper()
-	p := &redisProcess{name: name, log: filepath.Join(dir, name+".log")}
-	f, err := os.Create(p.log)
+	r, err := redisproc.StartWith(dir, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	p.cmd = exec.Command("redis-server", args...)
-	p.cmd.Stdout, p.cmd.Stderr = f, f
-	// Killed with the test binary too (as internal/redisproc does).
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		_ = p.cmd.Wait()
-		if t.Failed() {
-			b, _ := os.ReadFile(p.log)
-			lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-			t.Logf("%s (redis-server %s), its last log lines:\n%s", name, strings.Join(args, " "), strings.Join(lines[max(0, len(lines)-25):], "\n"))
-		}
-	})
-	return p
+	t.Cleanup(func() { _ = r.Kill() })
+	return r
 }
 
-func (p *redisProcess) signal(t *testing.T, sig syscall.Signal) {
+func pause(t *testing.T, r *redisproc.Redis) {
 	t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		t.Fatal(fmt.Errorf("%s: %v: %w", p.name, sig, err))
+	if err := r.Pause(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func resume(t *testing.T, r *redisproc.Redis) {
+	t.Helper()
+	if err := r.Resume(); err != nil {
+		t.Fatal(err)
 	}
 }
