@@ -16,36 +16,44 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/teamster-fleet/teamster/internal/natsproc"
 	"github.com/teamster-fleet/teamster/internal/redisproc"
 )
 
 // binaries are the programs a fleet runs, built once per suite run.
 type binaries struct {
-	dir string
+	dir        string
+	natsServer string // the nats-server binary; dir's when empty
 }
 
 func (b binaries) router() string { return filepath.Join(b.dir, "router") }
 func (b binaries) worker() string { return filepath.Join(b.dir, "worker") }
-func (b binaries) nats() string   { return filepath.Join(b.dir, "nats-server") }
+func (b binaries) nats() string {
+	if b.natsServer != "" {
+		return b.natsServer
+	}
+	return filepath.Join(b.dir, "nats-server")
+}
 
-// buildBinaries builds cmd/router, cmd/worker and the nats-server of the
-// module's own go.mod into dir.
+// buildBinaries builds cmd/router and cmd/worker into dir; the nats-server
+// of the module's own go.mod is internal/natsproc's build of it (the one the
+// three-node scenarios run too).
 func buildBinaries(ctx context.Context, dir string) (binaries, error) {
 	root, err := moduleRoot(ctx)
 	if err != nil {
 		return binaries{}, err
 	}
-	for _, args := range [][]string{
-		{"build", "-o", dir + string(os.PathSeparator), "./cmd/router", "./cmd/worker"},
-		{"build", "-o", filepath.Join(dir, "nats-server"), "github.com/nats-io/nats-server/v2"},
-	} {
-		cmd := exec.CommandContext(ctx, "go", args...)
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return binaries{}, fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
+	args := []string{"build", "-o", dir + string(os.PathSeparator), "./cmd/router", "./cmd/worker"}
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return binaries{}, fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
-	return binaries{dir: dir}, nil
+	nats, err := natsproc.Binary()
+	if err != nil {
+		return binaries{}, err
+	}
+	return binaries{dir: dir, natsServer: nats}, nil
 }
 
 // moduleRoot is the directory of the teamster module's go.mod.
