@@ -189,6 +189,10 @@ const (
 	// changed.
 	ClaimForeign ClaimStatus = "foreign"
 
+	// BlockerLeased is ClaimResult.BlockerState for a blocker that holds
+	// the session's lease.
+	BlockerLeased = "leased"
+
 	// claimQuarantine is the script's reply for a new epoch that must wait;
 	// Claim reports it as ClaimBusy with Wait.
 	claimQuarantine ClaimStatus = "quarantine"
@@ -197,8 +201,10 @@ const (
 // ClaimResult is the outcome of Claim.
 type ClaimResult struct {
 	Status ClaimStatus
-	// Blocker is the attempt ahead of this one when Busy.
-	Blocker string
+	// Blocker is the attempt ahead of this one when Busy, and BlockerState
+	// what it is doing: StateAccepted or StateClaimed (an earlier head of
+	// the session's order), or BlockerLeased (it holds the session's lease).
+	Blocker, BlockerState string
 	// Wait, when set with Busy, is how long before the claim can succeed
 	// (the quarantine of a new fence epoch after a failover, a restart or a
 	// data loss of the Redis node serving the session).
@@ -242,6 +248,9 @@ func (k *Keeper) Claim(ctx context.Context, sessionKey, attemptID, harnessID str
 		}
 		if len(res) > 2 {
 			k.nudge(keys.tag, res[2])
+		}
+		if len(res) > 3 {
+			cr.BlockerState = res[3]
 		}
 		return nil, cr, nil
 	case ClaimDone, ClaimExpired:

@@ -140,7 +140,9 @@ return 1
 // only on the harness it was accepted for
 // Returns {"claimed", fence, now, acceptedAt, settled, field, value, ...} with
 // the session record's fields read under the new lease, {"busy", blocker,
-// settled}, {"done", state}, {"expired"} (the queue deadline passed:
+// settled, how} (how: "accepted" or "claimed", the blocker's state as an
+// earlier head of the order, or "leased": it holds the session's lease),
+// {"done", state}, {"expired"} (the queue deadline passed:
 // queue_timeout recorded), {"quarantine", ms still to wait, settled},
 // {"foreign", harness} (the record names another harness: the message is not
 // this attempt's; nothing changed) or {"missing"}. settled is the
@@ -178,12 +180,12 @@ while true do
     if settle(hk, 'worker_lost', now, ARGV[7]) then settled[#settled + 1] = head end
     redis.call('LPOP', KEYS[1])
   else
-    return {'busy', head, table.concat(settled, ' ')}
+    return {'busy', head, table.concat(settled, ' '), h[1]}
   end
 end
 settled = table.concat(settled, ' ')
 if redis.call('EXISTS', KEYS[3]) == 1 then
-  return {'busy', redis.call('HGET', KEYS[3], 'attempt') or '', settled}
+  return {'busy', redis.call('HGET', KEYS[3], 'attempt') or '', settled, 'leased'}
 end
 local node = node_id()
 local f = redis.call('HMGET', KEYS[4], 'epoch', 'node')

@@ -161,8 +161,10 @@ func nakDelay(delivered uint64) time.Duration {
 }
 
 // blockerCheckAfter is how many deliveries of a busy attempt pass before
-// the worker asks whether what blocks it has already finished: a few
-// seconds of waiting behind it (nakDelay doubles up to nakCap).
+// the worker asks whether the queued attempt ahead of it has already
+// finished: a few seconds of waiting behind it (nakDelay doubles up to
+// nakCap). A queued head is normally claimed at once, so this is rare; a
+// running one is never asked about.
 const blockerCheckAfter = 8
 
 // settleFinishedBlocker makes the record of the attempt that blocks a's
@@ -223,7 +225,9 @@ func (w *Worker) handle(msg jetstream.Msg, harnessID string, h *hosted) {
 		if md, err := msg.Metadata(); err == nil {
 			delivered = md.NumDelivered
 		}
-		if delivered >= blockerCheckAfter && res.Wait == 0 && res.Blocker != "" {
+		// Only a queued head can be a finished attempt whose record a
+		// failover rolled back: a running one holds its lease and ends it.
+		if delivered >= blockerCheckAfter && res.BlockerState == leases.StateAccepted {
 			w.settleFinishedBlocker(ctx, a, res.Blocker, log)
 		}
 		d := nakDelay(delivered)
