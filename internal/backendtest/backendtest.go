@@ -61,9 +61,9 @@ func Start(t testing.TB) *Backends {
 // LoseNextMarkReply makes the next mark published run in Redis and then fail
 // with an error, as a connection cut after the command ran would. The
 // function it returns reports whether a reply was lost since. A mark is
-// recognised by its shape: a pipeline of one EVALSHA of one attempt record
-// key and one argument (the marker token); the sent confirmation has the
-// same script shape but goes with the reaper index's ZREM.
+// recognised by its shape: a pipeline of the reaper index's ZADD and one
+// EVALSHA of one attempt record key and one argument (the marker token); the
+// sent confirmation has the same script shape but goes with a ZREM.
 func (b *Backends) LoseNextMarkReply() (lost func() bool) {
 	b.lost.fired.Store(false)
 	b.lost.armed.Store(true)
@@ -95,12 +95,15 @@ func (h *loseMarkReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 }
 
 func isMark(cmds []redis.Cmder) bool {
-	if len(cmds) != 1 || cmds[0].Name() != "evalsha" {
+	if len(cmds) != 2 || cmds[0].Name() != "zadd" || cmds[1].Name() != "evalsha" {
 		return false
 	}
-	args := cmds[0].Args()
+	args := cmds[1].Args()
+	if len(args) != 5 || fmt.Sprint(args[2]) != "1" {
+		return false
+	}
 	key, _ := args[3].(string)
-	return len(args) == 5 && fmt.Sprint(args[2]) == "1" && strings.Contains(key, ":attempt:")
+	return strings.Contains(key, ":attempt:")
 }
 
 // AgeMark moves the time of an attempt's mark published back by d, as if the
