@@ -271,7 +271,8 @@ func (a *Attempt) QueueTimeout() time.Duration {
 	return time.Duration(a.QueueTimeoutMs) * time.Millisecond
 }
 
-// SettlementTimeout is the backend settlement budget after the turn ends.
+// SettlementTimeout is the harness's grace (settlementTimeoutMs): how long it
+// has to return once its turn's context has ended.
 func (a *Attempt) SettlementTimeout() time.Duration {
 	if a.SettlementTimeoutMs == nil {
 		return DefaultSettlementTimeoutMs * time.Millisecond

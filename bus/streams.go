@@ -179,19 +179,11 @@ func DelegateHeader(delegate string) nats.Header {
 	return nats.Header{HeaderDelegate: []string{delegate}}
 }
 
-// PublishAttempt publishes an attempt to teamster.attempt.<harnessId> with
-// Nats-Msg-Id set to its id, so a resubmit within the duplicate window is
-// stored once. headers may carry extra headers (for example the delegate's
-// identity) and may be nil. It reports whether JetStream saw a duplicate.
-func PublishAttempt(ctx context.Context, js jetstream.JetStream, harnessID string, a *Attempt, headers nats.Header) (duplicate bool, err error) {
-	body, err := Encode(a)
-	if err != nil {
-		return false, err
-	}
-	return PublishAttemptBody(ctx, js, harnessID, a.AttemptID, body, headers)
-}
-
-// PublishAttemptBody is PublishAttempt for an attempt already encoded.
+// PublishAttemptBody publishes an encoded attempt (body, see Encode) to
+// teamster.attempt.<harnessId> with Nats-Msg-Id set to attemptID, so a
+// resubmit within the duplicate window is stored once. headers may carry
+// extra headers (for example the delegate's identity) and may be nil. It
+// reports whether JetStream saw a duplicate.
 func PublishAttemptBody(ctx context.Context, js jetstream.JetStream, harnessID, attemptID string, body []byte, headers nats.Header) (duplicate bool, err error) {
 	subj, err := AttemptSubject(harnessID)
 	if err != nil {

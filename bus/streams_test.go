@@ -153,12 +153,19 @@ func TestSameAttemptIDIsStoredOnce(t *testing.T) {
 	a := &bus.Attempt{V: 1, AttemptID: "01J00000000000000000000001", AgentID: "main", SessionKey: "s", SessionID: "s1",
 		Provider: "openai", ModelID: "gpt-5", Prompt: "hi"}
 	a.ApplyDefaults()
-	dup, err := bus.PublishAttempt(ctx, js, "codex", a, nil)
+	publish := func() (bool, error) {
+		body, err := bus.Encode(a)
+		if err != nil {
+			return false, err
+		}
+		return bus.PublishAttemptBody(ctx, js, "codex", a.AttemptID, body, nil)
+	}
+	dup, err := publish()
 	if err != nil || dup {
 		t.Fatalf("first publish: dup=%v err=%v", dup, err)
 	}
 	a.Prompt = "a resubmit with other content is still the same attempt"
-	dup, err = bus.PublishAttempt(ctx, js, "codex", a, nil)
+	dup, err = publish()
 	if err != nil || !dup {
 		t.Fatalf("second publish: dup=%v err=%v, want a duplicate", dup, err)
 	}

@@ -21,7 +21,7 @@ type verdict struct {
 type checkCase struct {
 	rule     string // the rule of docs/PROTOCOL.md "Delegated execution" the case checks
 	req      func(*Request)
-	rec      func(*Record) *Record // returns the record to use (nil: missing)
+	rec      func(*teamster.SessionRecord) *teamster.SessionRecord // returns the record to use (nil: missing)
 	manifest func(*selection.Manifest)
 	want     verdict
 }
@@ -32,7 +32,7 @@ func denied(field string) verdict {
 	return verdict{Code: teamster.CodeDelegationDenied, Field: field}
 }
 
-func keep(r *Record) *Record { return r }
+func keep(r *teamster.SessionRecord) *teamster.SessionRecord { return r }
 
 func checkCases() []checkCase {
 	return []checkCase{
@@ -43,18 +43,18 @@ func checkCases() []checkCase {
 		},
 		{
 			rule: "allowed: a record without ownerPluginId needs no plugin match",
-			rec:  func(r *Record) *Record { r.OwnerPluginID = ""; return r },
+			rec:  func(r *teamster.SessionRecord) *teamster.SessionRecord { r.OwnerPluginID = ""; return r },
 			want: allowed(),
 		},
 		{
 			rule: "allowed: storePath empty on both sides is the exact stored value",
 			req:  func(q *Request) { q.StorePath = "" },
-			rec:  func(r *Record) *Record { r.StorePath = ""; return r },
+			rec:  func(r *teamster.SessionRecord) *teamster.SessionRecord { r.StorePath = ""; return r },
 			want: allowed(),
 		},
 		{
 			rule:     "allowed: a harness without pluginId and a record without ownerPluginId",
-			rec:      func(r *Record) *Record { r.OwnerPluginID = ""; return r },
+			rec:      func(r *teamster.SessionRecord) *teamster.SessionRecord { r.OwnerPluginID = ""; return r },
 			manifest: func(m *selection.Manifest) { m.PluginID = "" },
 			want:     allowed(),
 		},
@@ -79,16 +79,20 @@ func checkCases() []checkCase {
 			want: denied(FieldDelegate),
 		},
 		{
-			rule:     "delegate: the record's ownerPluginId is never a delegate, even listed and with a missing pin",
-			req:      func(q *Request) { q.Delegate = "legacy-owner" },
-			rec:      func(r *Record) *Record { r.OwnerPluginID = "legacy-owner"; r.AgentHarnessID = ""; return r },
+			rule: "delegate: the record's ownerPluginId is never a delegate, even listed and with a missing pin",
+			req:  func(q *Request) { q.Delegate = "legacy-owner" },
+			rec: func(r *teamster.SessionRecord) *teamster.SessionRecord {
+				r.OwnerPluginID = "legacy-owner"
+				r.AgentHarnessID = ""
+				return r
+			},
 			manifest: func(m *selection.Manifest) { m.DelegatedExecutionPluginIDs = []string{"legacy-owner"} },
 			want:     denied(FieldDelegate),
 		},
 		{
 			rule:     "delegate: the harness's pluginId is the owner even when the record names no owner",
 			req:      func(q *Request) { q.Delegate = fxOwner },
-			rec:      func(r *Record) *Record { r.OwnerPluginID = ""; return r },
+			rec:      func(r *teamster.SessionRecord) *teamster.SessionRecord { r.OwnerPluginID = ""; return r },
 			manifest: func(m *selection.Manifest) { m.DelegatedExecutionPluginIDs = []string{fxOwner} },
 			want:     denied(FieldDelegate),
 		},
@@ -96,24 +100,24 @@ func checkCases() []checkCase {
 		// The stored record.
 		{
 			rule: "record: a session without a stored record cannot be delegated",
-			rec:  func(*Record) *Record { return nil },
+			rec:  func(*teamster.SessionRecord) *teamster.SessionRecord { return nil },
 			want: denied(FieldRecord),
 		},
 		{
 			rule: "record: a missing record is reported before anything the attempt gets wrong",
 			req:  func(q *Request) { *q = Request{Delegate: fxDelegate} },
-			rec:  func(*Record) *Record { return nil },
+			rec:  func(*teamster.SessionRecord) *teamster.SessionRecord { return nil },
 			want: denied(FieldRecord),
 		},
 		{
 			rule: "record.agentHarnessId: a record that pins no harness",
-			rec:  func(r *Record) *Record { r.AgentHarnessID = ""; return r },
+			rec:  func(r *teamster.SessionRecord) *teamster.SessionRecord { r.AgentHarnessID = ""; return r },
 			want: denied(FieldRecordAgentHarnessID),
 		},
 		{
 			rule:     "record.agentHarnessId: a record pinned to the embedded runtime pins no plugin harness",
 			req:      func(q *Request) { q.AgentHarnessID, q.AgentHarnessRuntimeOverride = "openclaw", "openclaw" },
-			rec:      func(r *Record) *Record { r.AgentHarnessID = "openclaw"; return r },
+			rec:      func(r *teamster.SessionRecord) *teamster.SessionRecord { r.AgentHarnessID = "openclaw"; return r },
 			manifest: func(m *selection.Manifest) { m.ID = "openclaw" },
 			want:     denied(FieldRecordAgentHarnessID),
 		},
@@ -149,7 +153,7 @@ func checkCases() []checkCase {
 		},
 		{
 			rule: "record.ownerPluginId: the recorded owner differs from the pinned harness's pluginId",
-			rec:  func(r *Record) *Record { r.OwnerPluginID = "other-plugin"; return r },
+			rec:  func(r *teamster.SessionRecord) *teamster.SessionRecord { r.OwnerPluginID = "other-plugin"; return r },
 			want: denied(FieldRecordOwnerPluginID),
 		},
 		{
@@ -159,13 +163,13 @@ func checkCases() []checkCase {
 		},
 		{
 			rule: "record.modelSelectionLocked: a session that is not model-selection locked",
-			rec:  func(r *Record) *Record { r.ModelSelectionLocked = false; return r },
+			rec:  func(r *teamster.SessionRecord) *teamster.SessionRecord { r.ModelSelectionLocked = false; return r },
 			want: denied(FieldRecordModelSelectionLocked),
 		},
 		{
 			rule: "record.modelSelectionLocked: an unlocked record is refused even when the attempt claims the lock",
 			req:  func(q *Request) { q.ModelSelectionLocked = true },
-			rec:  func(r *Record) *Record { r.ModelSelectionLocked = false; return r },
+			rec:  func(r *teamster.SessionRecord) *teamster.SessionRecord { r.ModelSelectionLocked = false; return r },
 			want: denied(FieldRecordModelSelectionLocked),
 		},
 
@@ -183,7 +187,7 @@ func checkCases() []checkCase {
 		{
 			rule: "sessionKey: empty on both sides is not a stored key",
 			req:  func(q *Request) { q.SessionKey = "" },
-			rec:  func(r *Record) *Record { r.SessionKey = ""; return r },
+			rec:  func(r *teamster.SessionRecord) *teamster.SessionRecord { r.SessionKey = ""; return r },
 			want: denied(FieldSessionKey),
 		},
 		{
@@ -194,7 +198,7 @@ func checkCases() []checkCase {
 		{
 			rule: "sessionId: empty on both sides is not a stored id",
 			req:  func(q *Request) { q.SessionID = "" },
-			rec:  func(r *Record) *Record { r.SessionID = ""; return r },
+			rec:  func(r *teamster.SessionRecord) *teamster.SessionRecord { r.SessionID = ""; return r },
 			want: denied(FieldSessionID),
 		},
 		{
@@ -209,7 +213,7 @@ func checkCases() []checkCase {
 		},
 		{
 			rule: "storePath: present on the attempt while the record has none",
-			rec:  func(r *Record) *Record { r.StorePath = ""; return r },
+			rec:  func(r *teamster.SessionRecord) *teamster.SessionRecord { r.StorePath = ""; return r },
 			want: denied(FieldStorePath),
 		},
 		{
@@ -225,7 +229,7 @@ func checkCases() []checkCase {
 		{
 			rule: "agentId: empty on both sides is not a stored agent",
 			req:  func(q *Request) { q.AgentID = "" },
-			rec:  func(r *Record) *Record { r.AgentID = ""; return r },
+			rec:  func(r *teamster.SessionRecord) *teamster.SessionRecord { r.AgentID = ""; return r },
 			want: denied(FieldAgentID),
 		},
 		{
@@ -272,7 +276,7 @@ func checkCases() []checkCase {
 }
 
 // run builds a case's inputs from the allowed fixture and checks them.
-func (c checkCase) run() (Request, *Record, selection.Manifest, error) {
+func (c checkCase) run() (Request, *teamster.SessionRecord, selection.Manifest, error) {
 	req, rec, m := fxRequest(), fxRecord(), fxManifest()
 	if c.req != nil {
 		c.req(&req)
@@ -337,7 +341,7 @@ func TestCheckMessagesLeakNoValue(t *testing.T) {
 func TestCheckOrder(t *testing.T) {
 	req := Request{Delegate: "", SessionKey: "wrong-key", SessionID: "wrong-id", StorePath: "/wrong",
 		AgentID: "wrong-agent", AgentHarnessID: "wrong-harness", AgentHarnessRuntimeOverride: "wrong-harness"}
-	var rec *Record
+	var rec *teamster.SessionRecord
 	m := selection.Manifest{ID: "wrong-harness", PluginID: fxOwner}
 
 	steps := []struct {
@@ -346,7 +350,7 @@ func TestCheckOrder(t *testing.T) {
 	}{
 		{verdict{teamster.CodeInvalidRequest, FieldDelegate}, func() { req.Delegate = "legacy-owner" }},
 		{denied(FieldRecord), func() {
-			rec = &Record{SessionKey: fxSessionKey, SessionID: fxSessionID, StorePath: fxStorePath,
+			rec = &teamster.SessionRecord{SessionKey: fxSessionKey, SessionID: fxSessionID, StorePath: fxStorePath,
 				AgentID: fxAgentID, OwnerPluginID: "legacy-owner"}
 		}},
 		{denied(FieldDelegate), func() { req.Delegate = fxOwner; rec.OwnerPluginID = "other-plugin" }},

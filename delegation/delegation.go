@@ -43,22 +43,6 @@ type Request struct {
 	AgentHarnessRuntimeOverride string
 }
 
-// Record is the session's stored record as the owner's last plugin-harness
-// turn wrote it (leases.SessionRecord's fields of the same names). A missing
-// record is a nil *Record.
-type Record struct {
-	SessionKey           string
-	SessionID            string
-	StorePath            string
-	AgentID              string
-	ModelSelectionLocked bool
-	// AgentHarnessID is the harness the session is pinned to.
-	AgentHarnessID string
-	// OwnerPluginID is the pinned harness's pluginId as the owner's turn
-	// recorded it; empty when it recorded none.
-	OwnerPluginID string
-}
-
 // Check decides whether req's delegate may run its attempt against the
 // session's stored record rec (nil when the session has none). pinned is the
 // manifest of the harness rec pins (rec.AgentHarnessID), as the registry
@@ -68,7 +52,7 @@ type Record struct {
 // invalid_request for an empty delegate id, delegation_denied for every other
 // refusal, naming the first failing field in the documented order (see
 // DeniedField) and no value.
-func Check(req Request, rec *Record, pinned selection.Manifest) error {
+func Check(req Request, rec *teamster.SessionRecord, pinned selection.Manifest) error {
 	switch {
 	case req.Delegate == "":
 		return teamster.Errorf(teamster.CodeInvalidRequest,

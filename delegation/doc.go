@@ -4,11 +4,11 @@
 // execution" of agent-harness plugins).
 //
 // It is pure: no I/O, no clock, no NATS or Redis. It imports only the standard
-// library, the root package (for teamster.Error) and selection (for
-// Manifest). It deliberately does not import leases or bus, so that it stays a
-// leaf both the router and the worker can call: the caller copies the handful
-// of facts Check needs from its leases.SessionRecord into a Record and from its
-// bus.Attempt into a Request.
+// library, the root package (for teamster.Error and teamster.SessionRecord,
+// the session record as leases reads it) and selection (for Manifest). It
+// deliberately does not import leases or bus, so that it stays a leaf both the
+// router and the worker can call: the caller passes the record it read and
+// the session facts of its bus.Attempt as a Request.
 //
 // # Who is a delegate
 //

@@ -3,6 +3,7 @@ package delegation
 import (
 	"slices"
 
+	"github.com/teamster-fleet/teamster"
 	"github.com/teamster-fleet/teamster/selection"
 )
 
@@ -25,8 +26,8 @@ func fxManifest() selection.Manifest {
 		DelegatedExecutionPluginIDs: []string{"telephony-bridge", fxDelegate}}
 }
 
-func fxRecord() *Record {
-	return &Record{SessionKey: fxSessionKey, SessionID: fxSessionID, StorePath: fxStorePath,
+func fxRecord() *teamster.SessionRecord {
+	return &teamster.SessionRecord{SessionKey: fxSessionKey, SessionID: fxSessionID, StorePath: fxStorePath,
 		AgentID: fxAgentID, ModelSelectionLocked: true, AgentHarnessID: fxHarness, OwnerPluginID: fxOwner}
 }
 
@@ -38,7 +39,7 @@ func fxRequest() Request {
 
 // values lists every non-empty string of a check's inputs: none of them may
 // appear in an error message.
-func values(req Request, rec *Record, m selection.Manifest) []string {
+func values(req Request, rec *teamster.SessionRecord, m selection.Manifest) []string {
 	vs := []string{req.Delegate, req.SessionKey, req.SessionID, req.StorePath, req.AgentID,
 		req.AgentHarnessID, req.AgentHarnessRuntimeOverride, m.ID, m.Label, m.PluginID}
 	vs = append(vs, m.DelegatedExecutionPluginIDs...)

@@ -20,7 +20,7 @@ func genID(prefix string) *rapid.Generator[string] {
 // a request that passes Check.
 type base struct {
 	req Request
-	rec Record
+	rec teamster.SessionRecord
 	m   selection.Manifest
 }
 
@@ -34,7 +34,7 @@ func genBase() *rapid.Generator[base] {
 		if rapid.Bool().Draw(t, "hasPluginId") {
 			m.PluginID = genID("plg-").Draw(t, "pluginId")
 		}
-		rec := Record{
+		rec := teamster.SessionRecord{
 			SessionKey:           "sk:" + rapid.StringMatching(`[A-Za-z0-9:+._/ -]{1,40}`).Draw(t, "sessionKey"),
 			SessionID:            genID("sid-").Draw(t, "sessionId"),
 			AgentID:              genID("agt-").Draw(t, "agentId"),
@@ -70,7 +70,7 @@ func genOther(t *rapid.T, label, old, prefix string) string {
 
 // verdictOf is the verdict of one check, after asserting the error's shape
 // and that its message carries none of the inputs' values.
-func verdictOf(t *rapid.T, req Request, rec *Record, m selection.Manifest) verdict {
+func verdictOf(t *rapid.T, req Request, rec *teamster.SessionRecord, m selection.Manifest) verdict {
 	err := Check(req, rec, m)
 	if err != nil {
 		if _, ok := err.(*teamster.Error); !ok {

@@ -1,7 +1,6 @@
 package harness
 
 import (
-	"context"
 	"fmt"
 	"strings"
 
@@ -73,22 +72,6 @@ func VerifyRuntimeArtifact(a *bus.Attempt, actual bus.RuntimeArtifact) (*bus.Run
 	}
 	captured := actual
 	return &captured, nil
-}
-
-// StartVerified runs start, the harness's native start or resume, only after
-// VerifyRuntimeArtifact accepted actual, so a mismatch can never reach the
-// native runtime. It returns the artifact to report (see
-// VerifyRuntimeArtifact) and the verification error or start's error as it
-// is.
-func StartVerified(ctx context.Context, a *bus.Attempt, actual bus.RuntimeArtifact, start func(ctx context.Context) error) (*bus.RuntimeArtifact, error) {
-	captured, err := VerifyRuntimeArtifact(a, actual)
-	if err != nil {
-		return nil, err
-	}
-	if err := start(ctx); err != nil {
-		return nil, err
-	}
-	return captured, nil
 }
 
 // quoteID quotes an artifact id or fingerprint for a message, cut to 80

@@ -1,7 +1,6 @@
 package harness_test
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -106,50 +105,6 @@ func TestVerifyRuntimeArtifact(t *testing.T) {
 			wantCode(t, "VerifyRuntimeArtifact", err, tc.code)
 			if se := teamster.AsError(err).SideEffects; se != teamster.SideEffectsNone {
 				t.Fatalf("sideEffects %q, want none: nothing started", se)
-			}
-		})
-	}
-}
-
-func TestStartVerified(t *testing.T) {
-	startErr := teamster.Errorf(teamster.CodeHarnessFailed, "native start failed")
-	cases := []struct {
-		name     string
-		attempt  *bus.Attempt
-		startErr error
-		started  bool
-		want     *bus.RuntimeArtifact
-		code     teamster.Code
-	}{
-		{"mismatch starts nothing", &bus.Attempt{ExpectedRuntimeArtifact: &bus.RuntimeArtifact{ID: "x", Fingerprint: "y"}, CaptureRuntimeArtifact: true},
-			nil, false, nil, teamster.CodeRuntimeArtifactMismatch},
-		{"match starts and captures", &bus.Attempt{ExpectedRuntimeArtifact: &worker, CaptureRuntimeArtifact: true},
-			nil, true, &worker, ""},
-		{"ordinary turn starts", &bus.Attempt{}, nil, true, nil, ""},
-		{"start error passes through", &bus.Attempt{CaptureRuntimeArtifact: true}, startErr, true, nil, teamster.CodeHarnessFailed},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			starts := 0
-			got, err := harness.StartVerified(context.Background(), tc.attempt, worker, func(context.Context) error {
-				starts++
-				return tc.startErr
-			})
-			if (starts == 1) != tc.started || starts > 1 {
-				t.Fatalf("start called %d times, want started=%v", starts, tc.started)
-			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Fatalf("artifact (-want +got):\n%s", diff)
-			}
-			if tc.code == "" {
-				if err != nil {
-					t.Fatalf("error %v, want none", err)
-				}
-				return
-			}
-			wantCode(t, "StartVerified", err, tc.code)
-			if tc.startErr != nil && err != tc.startErr {
-				t.Fatalf("error %v, want start's error as it is", err)
 			}
 		})
 	}

@@ -2,8 +2,9 @@
 // executor of one prepared attempt. A harness declares its manifest, says
 // whether it supports a prepared route, and runs an attempt with a host handle
 // for events and host callbacks. Capabilities only some harnesses have are
-// optional interfaces (Resetter, SettledTurnFinalizer, ArtifactValidator) and,
-// for active-run injection, the handle a run installs with Run.SetInjector.
+// optional interfaces the worker checks for (Resetter, ArtifactValidator)
+// and, for active-run injection, the handle a run installs with
+// Run.SetInjector.
 package harness
 
 import (
@@ -24,8 +25,8 @@ type Harness interface {
 	// routes, and why not. Workers call it again under the lease.
 	Supports(a *bus.Attempt) (bool, string)
 	// RunAttempt runs one attempt until it ends or ctx is done. A cancelled
-	// ctx must make it return promptly (within the attempt's settlement
-	// budget). An error that is a *teamster.Error keeps its code; any other
+	// ctx must make it return promptly (within the attempt's grace,
+	// settlementTimeoutMs). An error that is a *teamster.Error keeps its code; any other
 	// error is reported as harness_failed.
 	RunAttempt(ctx context.Context, run *Run) (*Outcome, error)
 }
@@ -123,43 +124,12 @@ type Outcome struct {
 	// RuntimeArtifact identifies the exact native runtime, when the attempt
 	// asked for it (captureRuntimeArtifact).
 	RuntimeArtifact *bus.RuntimeArtifact
-	// PromptError says the turn ended on a prompt error (the model refused or
-	// could not take the prompt); such a turn is never classified.
-	PromptError bool
-	// Silent says the turn intentionally replied nothing (OpenClaw's
-	// NO_REPLY, SilentReplyToken); the harness may have dropped the token
-	// from AssistantTexts. A silent turn is never classified.
-	Silent bool
-	// ToolMediaURLs are the media the turn's tool results presented.
-	// HostOwnedToolMediaURLs are those among them that the trusted harness
-	// runtime created and stored itself, never media chosen by model or
-	// OpenClaw tools; each must also be in ToolMediaURLs (CheckToolMedia).
-	ToolMediaURLs          []string
-	HostOwnedToolMediaURLs []string
-}
-
-// Classification returns the terminal classification of the turn (Classify
-// of a completed turn): "" when it produced visible assistant text, ended on
-// a prompt error or was intentionally silent; else planning-only with the
-// harness's explicit plan text, reasoning-only with its reasoning, else
-// empty.
-func (o *Outcome) Classification() string {
-	return Classify(ClassifyInput{
-		Completed: true, PromptError: o.PromptError, Silent: o.Silent,
-		AssistantTexts: o.AssistantTexts, ReasoningText: o.ReasoningText, PlanText: o.PlanText,
-	})
 }
 
 // Resetter is a harness that keeps a native binding outside the session
 // record and must clear it when the session is reset or deleted.
 type Resetter interface {
 	Reset(ctx context.Context, sessionKey string, binding json.RawMessage) error
-}
-
-// SettledTurnFinalizer is a harness that can produce one final visible reply
-// for a turn that settled all its tool calls without assistant text.
-type SettledTurnFinalizer interface {
-	FinalizeSettledTurn(ctx context.Context, run *Run, settled *Outcome) (*Outcome, error)
 }
 
 // ArtifactValidator is a harness that can re-check a runtime artifact

@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/teamster-fleet/teamster"
+	"github.com/teamster-fleet/teamster/bus"
 )
 
 // Kind is the authority an injection carries.
@@ -44,11 +45,12 @@ func (k Kind) Refusal(who string) (refused *teamster.Error, invalid error) {
 // Settlement is how a queued input ended.
 type Settlement string
 
-// Settlements (reported once per item as an injection event).
+// Settlements (reported once per item as an injection event, whose state is
+// the settlement's EventState: the wire states of bus).
 const (
-	Committed Settlement = "committed"
-	Cancelled Settlement = "cancelled"
-	Rejected  Settlement = "rejected"
+	Committed Settlement = bus.InjectionCommitted
+	Cancelled Settlement = bus.InjectionCancelled
+	Rejected  Settlement = bus.InjectionRejected
 	// Unconfirmed ends an input whose write was sent but whose outcome is
 	// unknown (the connection dropped after the write, say): it may have
 	// reached the run and is never written again. It is final like the
@@ -64,7 +66,7 @@ const (
 // "accepted".
 func (s Settlement) EventState() string {
 	if s == Unconfirmed {
-		return "accepted"
+		return bus.InjectionAccepted
 	}
 	return string(s)
 }
@@ -97,24 +99,6 @@ type V1 interface {
 // and so may receive source-bound input.
 type V2 interface {
 	QueueMessage(text string, opts QueueOptions, assertCurrent AssertFunc, kind Kind) error
-}
-
-// PendingInputClaimer is the optional V2 method that answers a pending
-// user-input question with injected text. It takes the same assertion and
-// authority kind as V2.QueueMessage, carried to the final claim: the answer is
-// claimed only while the assertion holds. A sink that cannot enforce the
-// assertion at that boundary must not implement it.
-type PendingInputClaimer interface {
-	ClaimPendingUserInputAnswer(text string, opts QueueOptions, assertCurrent AssertFunc, kind Kind) error
-}
-
-// PendingInputCanceller is the optional V2 method that cancels a pending
-// user-input question. It takes the same assertion and authority kind as
-// V2.QueueMessage, carried to the final cancellation; resolvedBy names who
-// resolved the question. A sink that cannot enforce the assertion at that
-// boundary must not implement it.
-type PendingInputCanceller interface {
-	CancelPendingUserInput(resolvedBy string, assertCurrent AssertFunc, kind Kind) error
 }
 
 // Latch wraps a check so that once it has returned false (or the latch was

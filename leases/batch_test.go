@@ -142,7 +142,7 @@ func TestQueuedOperationsShareOnePipeline(t *testing.T) {
 		if !r.New || r.State != StateAccepted {
 			t.Fatalf("accept %d: %+v, want a new accepted attempt", i, r)
 		}
-		order, err := x.s.Order(ctx, fmt.Sprintf("q-%d", i))
+		order, err := x.s.order(ctx, fmt.Sprintf("q-%d", i))
 		if err != nil || len(order) != 1 || order[0] != fmt.Sprintf("q-%d-a1", i) {
 			t.Fatalf("order of q-%d: %v %v", i, order, err)
 		}
@@ -248,7 +248,7 @@ func TestASharedPipelineSentTwiceActsOnce(t *testing.T) {
 	if again[0] != "claimed" || again[1] != first[1] {
 		t.Fatalf("claim in the re-send %q, want the same claim %q", again, first[1])
 	}
-	if order, _ := s.Order(ctx, "r1"); len(order) != 1 || order[0] != "r1-a1" {
+	if order, _ := s.order(ctx, "r1"); len(order) != 1 || order[0] != "r1-a1" {
 		t.Fatalf("order of r1 after the re-send: %v, want r1-a1 once", order)
 	}
 	if lease, err := s.LeaseOf(ctx, "r2"); err != nil || lease.Fence != first[1] {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/teamster-fleet/teamster"
 )
 
 // Benchmarks of the Redis path of one attempt against the package's real
@@ -107,7 +108,7 @@ func BenchmarkAttemptPath(b *testing.B) {
 	k := benchKeeper(b, s)
 	ctx := context.Background()
 	result := []byte(`{"v":1,"attemptId":"a","status":"ok","assistantTexts":["hello"],"usage":{"outputTokens":0}}`)
-	update := OwnerUpdate(SessionRecord{SessionKey: "bench:path", SessionID: "sid", StorePath: "/var/openclaw/bench",
+	update := OwnerUpdate(teamster.SessionRecord{SessionKey: "bench:path", SessionID: "sid", StorePath: "/var/openclaw/bench",
 		AgentID: "main", AgentHarnessID: "codex", OwnerPluginID: "codex", NativeBinding: `{"thread":"t","turns":1}`})
 	d := make([]time.Duration, 0, b.N)
 	trips.reset()

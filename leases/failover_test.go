@@ -156,7 +156,7 @@ func TestPromotedReplicaThatMissedWritesNeverHandsAFenceOutTwice(t *testing.T) {
 	// w1's renewal reaches the promoted replica, which never saw its lease.
 	k1.RenewNow(ctx)
 	select {
-	case <-l1.Done():
+	case <-l1.done:
 	default:
 		t.Fatal("w1's renewal against the promoted replica succeeded: its lease was never granted there")
 	}
@@ -223,7 +223,7 @@ func TestAClaimLostInAFailoverIsAnsweredByItsWorker(t *testing.T) {
 		t.Fatalf("a1 on the promoted replica: %+v %v, want accepted (its claim was lost)", rec, err)
 	}
 	k1.RenewNow(ctx)
-	<-l1.Done()
+	<-l1.done
 	st, err := l1.Abandon(ctx, "lease_lost", []byte(`{"v":1}`))
 	if err != nil || st != Finished {
 		t.Fatalf("w1 records its lease_lost on the promoted replica: %s %v, want ok", st, err)
@@ -232,7 +232,7 @@ func TestAClaimLostInAFailoverIsAnsweredByItsWorker(t *testing.T) {
 	if err != nil || rec.State != StateFinished || rec.Outcome != "lease_lost" {
 		t.Fatalf("a1 after w1's abandon: %+v %v, want finished lease_lost", rec, err)
 	}
-	if order, err := s.Order(ctx, "sess"); err != nil || len(order) != 0 {
+	if order, err := s.order(ctx, "sess"); err != nil || len(order) != 0 {
 		t.Fatalf("the session's order: %q %v, want empty", order, err)
 	}
 	// The next turn is not held behind a1.

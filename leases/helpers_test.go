@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/redis/go-redis/v9"
 	"github.com/sirupsen/logrus"
 
 	"github.com/teamster-fleet/teamster/internal/testenv"
@@ -78,7 +79,7 @@ func newPrivateRedis(t *testing.T) *testenv.Redis { return testenv.NewRedis(t) }
 func waitRedis(t *testing.T, s *Store) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for s.Ping(ctx) != nil {
+	for s.ping(ctx) != nil {
 		if time.Now().After(deadline) {
 			t.Fatal("redis did not come back")
 		}
@@ -98,3 +99,30 @@ func finishedOK(t *testing.T, s *Store, session, attempt, result string) *Lease 
 	}
 	return l
 }
+
+// indexLen is the number of attempts in the reaper index (all shards).
+func (s *Store) indexLen(ctx context.Context) (int64, error) {
+	cmds := make([]*redis.IntCmd, IndexShards)
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, key := range indexKeys {
+			cmds[i] = p.ZCard(ctx, key)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, c := range cmds {
+		n += c.Val()
+	}
+	return n, nil
+}
+
+// order returns the attempt ids in sessionKey's order, head first.
+func (s *Store) order(ctx context.Context, sessionKey string) ([]string, error) {
+	return s.rdb.LRange(ctx, keysFor(sessionKey).order(), 0, -1).Result()
+}
+
+// ping checks that Redis answers.
+func (s *Store) ping(ctx context.Context) error { return s.rdb.Ping(ctx).Err() }

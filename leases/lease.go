@@ -13,18 +13,21 @@ import (
 	"github.com/teamster-fleet/teamster"
 )
 
-// ErrReleased says a lease ended because its holder finished or released it.
-var ErrReleased = errors.New("lease released")
+// errReleased says a lease ended because its holder finished or released it.
+var errReleased = errors.New("lease released")
 
-// Lease is one held session lease. Like etcd's concurrency.Session, Done is
-// closed when the lease ends: lost (renewals refused, or none succeeded for
-// ttl - margin) or released. Every write under it carries its fence.
+// Lease is one held session lease. It ends once: lost (renewals refused, or
+// none succeeded for ttl - margin; Err is lease_lost and the keeper's OnLost
+// is told) or released. Current says whether it is still held. Every write under it carries its fence.
+//
+// Its state is its own, shared by its holder, the keeper's renewal rounds and
+// its self-fence timer (under mu and the atomics); the keeper's loop only
+// holds the set of leases. Every time it reads is the keeper's clock.
 type Lease struct {
-	k          *Keeper
-	keys       sessionKeys
-	sessionKey string
-	attemptID  string
-	fence      string
+	k         *Keeper
+	keys      sessionKeys
+	attemptID string
+	fence     string
 	// Key names built once: the renewal round uses them for every lease.
 	leaseKey, attemptKey string
 
@@ -42,23 +45,15 @@ func (l *Lease) renewKeys() []string { return []string{l.leaseKey, l.attemptKey}
 
 func (l *Lease) indexMember() string { return indexMember(l.keys.tag, l.attemptID) }
 
-// SessionKey is the session the lease is held for.
-func (l *Lease) SessionKey() string { return l.sessionKey }
-
-// Tag is the session hash (what logs show instead of the session key).
-func (l *Lease) Tag() string { return l.keys.tag }
-
 // AttemptID is the attempt the lease was claimed for.
 func (l *Lease) AttemptID() string { return l.attemptID }
 
 // Fence is the lease's fencing token, <epoch>:<n>.
 func (l *Lease) Fence() string { return l.fence }
 
-// Done is closed when the lease ends.
-func (l *Lease) Done() <-chan struct{} { return l.done }
-
 // Err says why the lease ended: nil while it is held, a lease_lost
-// *teamster.Error when it was lost, ErrReleased when its holder let it go.
+// *teamster.Error when it was lost, another error ("lease released") when its
+// holder let it go.
 func (l *Lease) Err() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -77,26 +72,30 @@ func (l *Lease) Current() bool {
 	return l.k.clock.Since(last) < l.k.ttl-l.k.margin
 }
 
-// end closes Done with err, once; later calls change nothing.
+// end ends the lease with err, once; later calls change nothing and report
+// false. Err and Current see it at once; the keeper's loop drops the lease
+// next, and only then does done close, so whoever sees done closed also sees
+// the keeper no longer hold it.
 func (l *Lease) end(err error) bool {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.err != nil {
+		l.mu.Unlock()
 		return false
 	}
 	l.err = err
 	if l.timer != nil {
 		l.timer.Stop()
 	}
+	l.mu.Unlock()
+	l.k.forget(l)
 	close(l.done)
 	return true
 }
 
-// lose ends the lease as lost and tells the keeper.
+// lose ends the lease as lost and tells the keeper's OnLost.
 func (l *Lease) lose(format string, args ...any) {
 	err := teamster.Errorf(teamster.CodeLeaseLost, format, args...)
 	if l.end(err) {
-		l.k.forget(l)
 		l.k.lost(l, err)
 	}
 }
@@ -195,7 +194,7 @@ type Outcome struct {
 // Finish is the fenced finish: in one script it records the outcome (first
 // writer wins), writes the session record, drops the attempt from its order
 // and releases the lease. A lease that is not Current is refused locally
-// without a round trip. After Finished the lease has ended (ErrReleased).
+// without a round trip. After Finished the lease has ended (released).
 func (l *Lease) Finish(ctx context.Context, o Outcome) (FinishStatus, error) {
 	if !l.Current() {
 		return FinishFenced, nil
@@ -233,30 +232,12 @@ func (l *Lease) Abandon(ctx context.Context, code string, result []byte) (Finish
 		return "", fmt.Errorf("abandon: %w", err)
 	}
 	l.end(teamster.Errorf(teamster.CodeLeaseLost, "abandoned"))
-	l.k.forget(l)
 	return FinishStatus(st), nil
-}
-
-// WriteSession is a fenced write of the session record.
-func (l *Lease) WriteSession(ctx context.Context, u SessionUpdate) error {
-	if !l.Current() {
-		return fenced("session write")
-	}
-	args := append([]any{l.fence, l.k.holder, l.attemptID}, u.args()...)
-	n, err := writeSessionScript.Run(ctx, l.k.store.rdb, []string{l.keys.lease(), l.keys.session()}, args...).Int()
-	if err != nil {
-		return fmt.Errorf("write session: %w", err)
-	}
-	if n != 1 {
-		l.lose("session write refused")
-		return fenced("session write")
-	}
-	return nil
 }
 
 // Unclaim gives the attempt back (accepted again, at the head of its order)
 // when nothing acted on the claim yet, and ends the lease. It reports whether
-// the attempt was given back; false means the fleet settled it meanwhile.
+// the attempt was given back; false means the fleet gave it an outcome meanwhile.
 func (l *Lease) Unclaim(ctx context.Context) (bool, error) {
 	n, err := unclaimScript.Run(ctx, l.k.store.rdb, []string{l.attemptKey, l.leaseKey}, l.fence, l.k.holder, l.attemptID).Int()
 	l.release()
@@ -277,7 +258,4 @@ func (l *Lease) Release(ctx context.Context) error {
 	return nil
 }
 
-func (l *Lease) release() {
-	l.end(ErrReleased)
-	l.k.forget(l)
-}
+func (l *Lease) release() { l.end(errReleased) }

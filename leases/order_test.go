@@ -17,7 +17,7 @@ func TestOrderIsFIFO(t *testing.T) {
 	for _, id := range ids {
 		accept(t, s, "sess", id, time.Minute)
 	}
-	if order, _ := s.Order(ctx, "sess"); len(order) != 4 || order[0] != "a1" || order[3] != "a4" {
+	if order, _ := s.order(ctx, "sess"); len(order) != 4 || order[0] != "a1" || order[3] != "a4" {
 		t.Fatalf("order %v, want accept order", order)
 	}
 	for i, id := range ids {
@@ -35,7 +35,7 @@ func TestOrderIsFIFO(t *testing.T) {
 			t.Fatalf("finish %s: %s", id, st)
 		}
 	}
-	if order, _ := s.Order(ctx, "sess"); len(order) != 0 {
+	if order, _ := s.order(ctx, "sess"); len(order) != 0 {
 		t.Fatalf("order after all finished %v, want empty", order)
 	}
 }
@@ -63,7 +63,7 @@ func TestExpiredHeadIsDropped(t *testing.T) {
 	if a3.Outcome != string(teamster.CodeQueueTimeout) {
 		t.Fatalf("a3 outcome %q, want queue_timeout", a3.Outcome)
 	}
-	if order, _ := s.Order(ctx, "sess"); len(order) != 1 || order[0] != "a2" {
+	if order, _ := s.order(ctx, "sess"); len(order) != 1 || order[0] != "a2" {
 		t.Fatalf("order %v, want [a2]", order)
 	}
 	_ = l
@@ -100,7 +100,7 @@ func TestAcceptIsIdempotent(t *testing.T) {
 	if again.New || again.State != StateAccepted || string(again.Reply) != `{"v":1}` {
 		t.Fatalf("second accept %+v, want the existing record", again)
 	}
-	if order, _ := s.Order(ctx, "sess"); len(order) != 1 {
+	if order, _ := s.order(ctx, "sess"); len(order) != 1 {
 		t.Fatalf("order %v, want the attempt once", order)
 	}
 }
@@ -122,7 +122,7 @@ func TestUnacceptOnlyWhileQueued(t *testing.T) {
 	if _, err := s.Attempt(ctx, "sess", "a2"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("withdrawn attempt still recorded: %v", err)
 	}
-	if order, _ := s.Order(ctx, "sess"); len(order) != 1 || order[0] != "a1" {
+	if order, _ := s.order(ctx, "sess"); len(order) != 1 || order[0] != "a1" {
 		t.Fatalf("order %v, want [a1]", order)
 	}
 }

@@ -150,25 +150,6 @@ func (s *Store) MarkPublishedTag(ctx context.Context, tag, attemptID, by string)
 // has none of its own (a reaper, per attempt it publishes).
 func MarkerToken() string { return newEpoch() }
 
-// IndexLen is the number of attempts in the reaper index (all shards).
-func (s *Store) IndexLen(ctx context.Context) (int64, error) {
-	cmds := make([]*redis.IntCmd, IndexShards)
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, key := range indexKeys {
-			cmds[i] = p.ZCard(ctx, key)
-		}
-		return nil
-	})
-	if err != nil {
-		return 0, err
-	}
-	var n int64
-	for _, c := range cmds {
-		n += c.Val()
-	}
-	return n, nil
-}
-
 // Adopt makes an attempt's record agree with its durable result, whose
 // outcome is "ok" or its error code: the results stream keeps the first
 // result published, and that is the attempt's outcome (adoptScript). It

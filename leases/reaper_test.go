@@ -52,7 +52,7 @@ func TestReaperSettlesAndPublishesOnce(t *testing.T) {
 	}
 	// Marked but not yet confirmed sent: the entries stay, so that a reaper
 	// sends the result events if their marker cannot.
-	if n, _ := s.IndexLen(ctx); n != 2 {
+	if n, _ := s.indexLen(ctx); n != 2 {
 		t.Fatalf("index holds %d entries after marking, want 2", n)
 	}
 	for id, sess := range map[string]string{"q1": "s1", "c1": "s2"} {
@@ -60,7 +60,7 @@ func TestReaperSettlesAndPublishesOnce(t *testing.T) {
 			t.Fatalf("confirm %s: %v %v", id, ok, err)
 		}
 	}
-	if n, _ := s.IndexLen(ctx); n != 0 {
+	if n, _ := s.indexLen(ctx); n != 0 {
 		t.Fatalf("index holds %d entries after confirming, want 0", n)
 	}
 }
@@ -215,7 +215,7 @@ func TestRedeliveredClaimPointsTheReapersAtTheAttempt(t *testing.T) {
 		t.Fatalf("third claim: %v %+v, want done", err, res)
 	}
 	k.pointing.Wait()
-	if n, _ := s.IndexLen(ctx); n != 0 {
+	if n, _ := s.indexLen(ctx); n != 0 {
 		t.Fatalf("index holds %d entries after a claim of a published attempt", n)
 	}
 }

@@ -45,7 +45,7 @@ func TestAcceptBindsTheIDToTheFirstAttempt(t *testing.T) {
 	if got := s.rdb.HGetAll(ctx, keysFor("sess").attempt("a1")).Val(); !cmp.Equal(before, got) {
 		t.Fatalf("the refused accept changed the record:\n%s", cmp.Diff(before, got))
 	}
-	if order, _ := s.Order(ctx, "sess"); !cmp.Equal(order, []string{"a1"}) {
+	if order, _ := s.order(ctx, "sess"); !cmp.Equal(order, []string{"a1"}) {
 		t.Fatalf("order %v, want [a1]", order)
 	}
 

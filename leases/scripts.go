@@ -46,9 +46,9 @@ local function update_record(key, first, ...)
   for _, v in ipairs({...}) do set[#set + 1] = v end
   if #set > 0 then redis.call('HSET', key, unpack(set)) end
 end
--- settle records a fleet-made outcome (queue_timeout, worker_lost) on an
+-- fleet_outcome records a fleet outcome (queue_timeout, worker_lost) on an
 -- attempt record that has none yet: first writer wins.
-local function settle(key, code, now, ttl)
+local function fleet_outcome(key, code, now, ttl)
   if redis.call('HEXISTS', key, 'outcome') == 1 then return false end
   redis.call('HSET', key, 'state', 'finished', 'outcome', code, 'finished', now, 'by', 'fleet')
   redis.call('PEXPIRE', key, ttl)
@@ -105,8 +105,8 @@ return 1
 // accepted (never claimed, no outcome), within its queue deadline, the head of
 // its session's order, and the session must hold no lease. On the way it drops
 // order heads that can never run: records that are gone or finished, queued
-// attempts past their deadline (settled queue_timeout) and claimed attempts
-// whose lease is gone (settled worker_lost).
+// attempts past their deadline (given the fleet outcome queue_timeout) and claimed attempts
+// whose lease is gone (given worker_lost).
 //
 // Fences survive failovers (docs/ARCHITECTURE.md, "Fencing across
 // failovers"). The fence hash records the node (its replication id) on which
@@ -138,15 +138,15 @@ return 1
 // seen serve the slot; 0 for none
 // ARGV[10] the harness id whose subject the message came on: an attempt runs
 // only on the harness it was accepted for
-// Returns {"claimed", fence, now, acceptedAt, settled, field, value, ...} with
+// Returns {"claimed", fence, now, acceptedAt, concluded, field, value, ...} with
 // the session record's fields read under the new lease, {"busy", blocker,
-// settled, how} (how: "accepted" or "claimed", the blocker's state as an
+// concluded, how} (how: "accepted" or "claimed", the blocker's state as an
 // earlier head of the order, or "leased": it holds the session's lease),
 // {"done", state}, {"expired"} (the queue deadline passed:
-// queue_timeout recorded), {"quarantine", ms still to wait, settled},
+// queue_timeout recorded), {"quarantine", ms still to wait, concluded},
 // {"foreign", harness} (the record names another harness: the message is not
-// this attempt's; nothing changed) or {"missing"}. settled is the
-// space-separated ids of earlier heads the walk settled (queue_timeout,
+// this attempt's; nothing changed) or {"missing"}. concluded is the
+// space-separated ids of earlier heads the walk gave a fleet outcome (queue_timeout,
 // worker_lost): the caller points the reapers at them, since their index
 // entries may still sit at their queue deadlines.
 var claimScript = redis.NewScript(prelude + `
@@ -161,11 +161,11 @@ if st[1] == 'claimed' and st[4] == ARGV[8] and holds(KEYS[3], ARGV[2], ARGV[1], 
 end
 if st[1] ~= 'accepted' then return {'done', st[1]} end
 if now >= tonumber(st[2]) then
-  settle(KEYS[2], 'queue_timeout', now, ARGV[7])
+  fleet_outcome(KEYS[2], 'queue_timeout', now, ARGV[7])
   redis.call('LREM', KEYS[1], 0, ARGV[1])
   return {'expired'}
 end
-local settled = {}
+local concluded = {}
 while true do
   local head = redis.call('LINDEX', KEYS[1], 0)
   if (not head) or head == ARGV[1] then break end
@@ -174,18 +174,18 @@ while true do
   if (not h[1]) or h[1] == 'finished' then
     redis.call('LPOP', KEYS[1])
   elseif h[1] == 'accepted' and now >= tonumber(h[2]) then
-    if settle(hk, 'queue_timeout', now, ARGV[7]) then settled[#settled + 1] = head end
+    if fleet_outcome(hk, 'queue_timeout', now, ARGV[7]) then concluded[#concluded + 1] = head end
     redis.call('LPOP', KEYS[1])
   elseif h[1] == 'claimed' and redis.call('EXISTS', KEYS[3]) == 0 then
-    if settle(hk, 'worker_lost', now, ARGV[7]) then settled[#settled + 1] = head end
+    if fleet_outcome(hk, 'worker_lost', now, ARGV[7]) then concluded[#concluded + 1] = head end
     redis.call('LPOP', KEYS[1])
   else
-    return {'busy', head, table.concat(settled, ' '), h[1]}
+    return {'busy', head, table.concat(concluded, ' '), h[1]}
   end
 end
-settled = table.concat(settled, ' ')
+concluded = table.concat(concluded, ' ')
 if redis.call('EXISTS', KEYS[3]) == 1 then
-  return {'busy', redis.call('HGET', KEYS[3], 'attempt') or '', settled, 'leased'}
+  return {'busy', redis.call('HGET', KEYS[3], 'attempt') or '', concluded, 'leased'}
 end
 local node = node_id()
 local f = redis.call('HMGET', KEYS[4], 'epoch', 'node')
@@ -198,7 +198,7 @@ if (not epoch) or f[2] ~= node then
     redis.call('HSET', KEYS[6], 'node', node, 'since', now)
   end
   local wait = since + tonumber(ARGV[9]) - now
-  if wait > 0 then return {'quarantine', tostring(wait), settled} end
+  if wait > 0 then return {'quarantine', tostring(wait), concluded} end
   epoch = ARGV[4]
   redis.call('HSET', KEYS[4], 'epoch', epoch, 'n', 0, 'node', node)
 end
@@ -206,7 +206,7 @@ local fence = epoch .. ':' .. redis.call('HINCRBY', KEYS[4], 'n', 1)
 redis.call('HSET', KEYS[3], 'holder', ARGV[2], 'attempt', ARGV[1], 'fence', fence)
 redis.call('PEXPIRE', KEYS[3], ARGV[3])
 redis.call('HSET', KEYS[2], 'state', 'claimed', 'worker', ARGV[2], 'fence', fence, 'claimed', now, 'seqmax', ARGV[5], 'ctoken', ARGV[8])
-local out = {'claimed', fence, tostring(now), st[3] or tostring(now), settled}
+local out = {'claimed', fence, tostring(now), st[3] or tostring(now), concluded}
 for _, v in ipairs(redis.call('HGETALL', KEYS[5])) do out[#out + 1] = v end
 return out
 `)
@@ -343,7 +343,7 @@ return 'ok'
 // ARGV[2] holder
 // ARGV[3] attemptId
 // Returns 1 when given back, 0 when the attempt is no longer claimed under
-// that fence (the fleet settled it: leave it).
+// that fence (the fleet gave it an outcome: leave it).
 var unclaimScript = redis.NewScript(prelude + `
 local st = redis.call('HMGET', KEYS[1], 'state', 'fence', 'outcome')
 if st[1] ~= 'claimed' or st[2] ~= ARGV[1] or st[3] then return 0 end
@@ -391,22 +391,7 @@ return 1
 // reaper took it over) or the record is gone.
 var sentScript = redis.NewScript(`
 if redis.call('HGET', KEYS[1], 'published') ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'sent', '1')
-return 1
-`)
-
-// writeSessionScript is a fenced write of the session record outside a finish.
-//
-// KEYS[1] teamster:{s}:lease
-// KEYS[2] teamster:{s}:session
-// ARGV[1] fence
-// ARGV[2] holder
-// ARGV[3] attemptId
-// ARGV[4..] field, value pairs; an empty value deletes the field
-// Returns 1 when written, 0 when the lease is not the caller's.
-var writeSessionScript = redis.NewScript(prelude + `
-if not holds(KEYS[1], ARGV[2], ARGV[3], ARGV[1]) then return 0 end
-update_record(KEYS[2], 4, 'fence', ARGV[1], 'updated', now_ms())
+redis.call('HSET', KEYS[1], 'sent', 'true')
 return 1
 `)
 
@@ -455,13 +440,13 @@ if not r[1] then return {'gone'} end
 local action = 'publish'
 if r[1] == 'accepted' then
   if now < tonumber(r[2]) then return {'wait', tostring(r[2])} end
-  settle(KEYS[2], 'queue_timeout', now, ARGV[3])
+  fleet_outcome(KEYS[2], 'queue_timeout', now, ARGV[3])
   redis.call('LREM', KEYS[1], 0, ARGV[1])
 elseif r[1] == 'claimed' then
   if redis.call('HGET', KEYS[3], 'attempt') == ARGV[1] then
     return {'wait', tostring(now + math.max(redis.call('PTTL', KEYS[3]), 0))}
   end
-  settle(KEYS[2], 'worker_lost', now, ARGV[3])
+  fleet_outcome(KEYS[2], 'worker_lost', now, ARGV[3])
   redis.call('LREM', KEYS[1], 0, ARGV[1])
 elseif r[3] then
   -- Published. Sent, or marked before marks had a send window: nothing owed.
@@ -484,7 +469,7 @@ return {action, f[1] or '', f[2] or '', f[3] or '', f[4] or '', f[5] or '', f[6]
 // results stream keeps the first result published for an attempt and
 // refuses any other: that result is the attempt's outcome. A record can
 // disagree with it only after a failover lost writes (the worker's outcome
-// went with the old primary, and the fleet settled the attempt again on the
+// went with the old primary, and the fleet gave the attempt its outcome again on the
 // promoted one); the reaper that finds the stream holding another result
 // than the one it tried to publish adopts it here, so the attempt has one
 // outcome everywhere. A live lease is left alone.
@@ -542,6 +527,6 @@ return revoked
 // allScripts is every script, for loading them up front.
 var allScripts = []*redis.Script{
 	acceptScript, unacceptScript, claimScript, markNodeScript, renewScript, releaseScript,
-	finishScript, abandonScript, markPublishedScript, sentScript, writeSessionScript, dueScript,
+	finishScript, abandonScript, markPublishedScript, sentScript, dueScript,
 	reapScript, adoptScript, grantScript, revokeScript, sessionOpScript, unclaimScript,
 }

@@ -7,47 +7,28 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/teamster-fleet/teamster/delegation"
+	"github.com/teamster-fleet/teamster"
 )
 
-// Session record fields (teamster:{s}:session).
+// Session record fields (teamster:{s}:session): teamster.SessionRecord's.
 const (
-	FieldSessionKey           = "sessionKey"
-	FieldSessionID            = "sessionId"
-	FieldStorePath            = "storePath"
-	FieldAgentID              = "agentId"
-	FieldModelSelectionLocked = "modelSelectionLocked"
-	FieldAgentHarnessID       = "agentHarnessId"
-	FieldOwnerPluginID        = "ownerPluginId"
-	FieldNativeBinding        = "nativeBinding"
+	FieldSessionKey           = teamster.SessionFieldSessionKey
+	FieldSessionID            = teamster.SessionFieldSessionID
+	FieldStorePath            = teamster.SessionFieldStorePath
+	FieldAgentID              = teamster.SessionFieldAgentID
+	FieldModelSelectionLocked = teamster.SessionFieldModelSelectionLocked
+	FieldAgentHarnessID       = teamster.SessionFieldAgentHarnessID
+	FieldOwnerPluginID        = teamster.SessionFieldOwnerPluginID
+	FieldNativeBinding        = teamster.SessionFieldNativeBinding
+	FieldArchived             = teamster.SessionFieldArchived
 )
-
-// SessionRecord is a session's stored record: what the owner's last successful
-// plugin-harness turn pinned, and the harness's native binding.
-type SessionRecord struct {
-	SessionKey           string
-	SessionID            string
-	StorePath            string
-	AgentID              string
-	ModelSelectionLocked bool
-	AgentHarnessID       string
-	OwnerPluginID        string
-	// NativeBinding is the harness's native session binding (opaque JSON).
-	NativeBinding string
-	// Archived is set by the owner's archive operation.
-	Archived bool
-	// Fence is the fence of the last write under a lease; Updated the time of
-	// the last write.
-	Fence   string
-	Updated time.Time
-}
 
 // SessionUpdate is a set of session record fields to write under a lease; an
 // empty value deletes the field.
 type SessionUpdate map[string]string
 
 // OwnerUpdate is what an owner's successful turn writes: the whole record.
-func OwnerUpdate(r SessionRecord) SessionUpdate {
+func OwnerUpdate(r teamster.SessionRecord) SessionUpdate {
 	return SessionUpdate{
 		FieldSessionKey:           r.SessionKey,
 		FieldSessionID:            r.SessionID,
@@ -92,7 +73,7 @@ var sessionFieldArgs = func() []any {
 }()
 
 // Session reads sessionKey's record; ErrNotFound when there is none.
-func (s *Store) Session(ctx context.Context, sessionKey string) (*SessionRecord, error) {
+func (s *Store) Session(ctx context.Context, sessionKey string) (*teamster.SessionRecord, error) {
 	m, err := s.rdb.HGetAll(ctx, keysFor(sessionKey).session()).Result()
 	if err != nil {
 		return nil, err
@@ -106,8 +87,8 @@ func (s *Store) Session(ctx context.Context, sessionKey string) (*SessionRecord,
 // sessionFrom reads a session record from its hash fields: HGETALL's map
 // (maps.All) or the flat field, value list the claim script returns
 // (fieldPairs). Unknown fields are ignored.
-func sessionFrom(fields iter.Seq2[string, string]) *SessionRecord {
-	r := &SessionRecord{Updated: time.UnixMilli(0)}
+func sessionFrom(fields iter.Seq2[string, string]) *teamster.SessionRecord {
+	r := &teamster.SessionRecord{Updated: time.UnixMilli(0)}
 	for field, v := range fields {
 		switch field {
 		case FieldSessionKey:
@@ -127,10 +108,10 @@ func sessionFrom(fields iter.Seq2[string, string]) *SessionRecord {
 		case FieldNativeBinding:
 			r.NativeBinding = v
 		case FieldArchived:
-			r.Archived = v == "1"
-		case "fence":
+			r.Archived = v == "true"
+		case teamster.SessionFieldFence:
 			r.Fence = v
-		case "updated":
+		case teamster.SessionFieldUpdated:
 			ms, _ := strconv.ParseInt(v, 10, 64)
 			r.Updated = time.UnixMilli(ms)
 		}
@@ -146,17 +127,5 @@ func fieldPairs(kv []string) iter.Seq2[string, string] {
 				return
 			}
 		}
-	}
-}
-
-// Delegation is what the delegated-execution check knows of the record; nil
-// for a nil record (no record: nothing to delegate).
-func (r *SessionRecord) Delegation() *delegation.Record {
-	if r == nil {
-		return nil
-	}
-	return &delegation.Record{
-		SessionKey: r.SessionKey, SessionID: r.SessionID, StorePath: r.StorePath, AgentID: r.AgentID,
-		ModelSelectionLocked: r.ModelSelectionLocked, AgentHarnessID: r.AgentHarnessID, OwnerPluginID: r.OwnerPluginID,
 	}
 }

@@ -17,9 +17,6 @@ const (
 	OpArchive = "archive"
 )
 
-// FieldArchived marks an archived session record.
-const FieldArchived = "archived"
-
 // sessionOpScript applies an owner's session operation, refusing while a
 // turn of the session runs (its lease is held).
 //
@@ -52,7 +49,7 @@ if op == 'reset' then
   redis.call('HDEL', KEYS[2], 'nativeBinding')
   redis.call('HSET', KEYS[2], 'modelSelectionLocked', 'false')
 elseif op == 'archive' then
-  redis.call('HSET', KEYS[2], 'archived', '1', 'modelSelectionLocked', 'false')
+  redis.call('HSET', KEYS[2], 'archived', 'true', 'modelSelectionLocked', 'false')
 end
 update_record(KEYS[2], 2, 'updated', now_ms())
 return {'ok', binding, harness}

@@ -2,8 +2,14 @@ package leases
 
 import (
 	"errors"
+	"maps"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/teamster-fleet/teamster"
+	"github.com/teamster-fleet/teamster/bus"
 )
 
 // Session operations refuse while a turn runs, create only new records,
@@ -44,13 +50,46 @@ func TestSessionOps(t *testing.T) {
 	if r, _ := s.SessionOp(ctx, "sess", OpArchive, nil); r.Status != SessionOpOK {
 		t.Fatal(r)
 	}
-	if rec, _ := s.Session(ctx, "sess"); !rec.Archived {
+	if rec, _ := s.Session(ctx, "sess"); !rec.Archived || rec.ModelSelectionLocked {
 		t.Fatalf("after archive %+v", rec)
+	}
+	// Booleans are stored one way in the record: "true" or "false".
+	stored, err := s.rdb.HMGet(ctx, keysFor("sess").session(), FieldArchived, FieldModelSelectionLocked).Result()
+	if err != nil || stored[0] != "true" || stored[1] != "false" {
+		t.Fatalf("archived, modelSelectionLocked stored as %q (%v), want \"true\", \"false\"", stored, err)
 	}
 	if r, _ := s.SessionOp(ctx, "sess", OpDelete, nil); r.Status != SessionOpOK {
 		t.Fatal(r)
 	}
 	if _, err := s.Session(ctx, "sess"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("after delete: %v", err)
+	}
+}
+
+// The session record has one set of names: the fields a turn or a session
+// operation writes are teamster.SessionRecord's, and a session operation's
+// body (bus.SessionOp) names its facts as the record does.
+func TestTheSessionRecordHasOneSetOfNames(t *testing.T) {
+	record := map[string]bool{}
+	for _, f := range []string{teamster.SessionFieldSessionKey, teamster.SessionFieldSessionID,
+		teamster.SessionFieldStorePath, teamster.SessionFieldAgentID, teamster.SessionFieldModelSelectionLocked,
+		teamster.SessionFieldAgentHarnessID, teamster.SessionFieldOwnerPluginID, teamster.SessionFieldNativeBinding,
+		teamster.SessionFieldArchived, teamster.SessionFieldFence, teamster.SessionFieldUpdated} {
+		record[f] = true
+	}
+	locked := true
+	written := OwnerUpdate(teamster.SessionRecord{SessionKey: "k", NativeBinding: "{}"})
+	maps.Copy(written, FieldsOf("k", "s", "/p", "a", "h", &locked))
+	for f := range written {
+		if !record[f] {
+			t.Errorf("a write names field %q, which teamster.SessionRecord does not have", f)
+		}
+	}
+	op := reflect.TypeFor[bus.SessionOp]()
+	for i := range op.NumField() {
+		name, _, _ := strings.Cut(op.Field(i).Tag.Get("json"), ",")
+		if name != "v" && !record[name] {
+			t.Errorf("bus.SessionOp field %q is not a session record field", name)
+		}
 	}
 }

@@ -36,9 +36,6 @@ func TestEveryScriptIsGivenKeysOfOneSlot(t *testing.T) {
 	}
 	l := mustClaim(t, k, "sess", "a1")
 	k.RenewNow(ctx)
-	if err := l.WriteSession(ctx, BindingUpdate("b")); err != nil {
-		t.Fatal(err)
-	}
 	if st, _ := l.Finish(ctx, Outcome{Code: OutcomeOK}); st != Finished {
 		t.Fatal(st)
 	}

@@ -23,7 +23,6 @@ import (
 // Attempt states.
 const (
 	StateAccepted = "accepted"
-	StateClaimed  = "claimed"
 	StateFinished = "finished"
 )
 
@@ -106,9 +105,6 @@ func (s *Store) Load(ctx context.Context) error {
 	}
 	return nil
 }
-
-// Ping checks that Redis answers.
-func (s *Store) Ping(ctx context.Context) error { return s.rdb.Ping(ctx).Err() }
 
 func newEpoch() string {
 	var b [8]byte
@@ -399,11 +395,6 @@ func (s *Store) attemptByTag(ctx context.Context, tag, attemptID string) (*Attem
 	}, nil
 }
 
-// Order returns the attempt ids in sessionKey's order, head first.
-func (s *Store) Order(ctx context.Context, sessionKey string) ([]string, error) {
-	return s.rdb.LRange(ctx, keysFor(sessionKey).order(), 0, -1).Result()
-}
-
 // LeaseInfo is a session's lease as stored.
 type LeaseInfo struct {
 	// Tag is the session's hash (set by Leases).
@@ -432,11 +423,6 @@ func (s *Store) LeaseOf(ctx context.Context, sessionKey string) (*LeaseInfo, err
 		return nil, ErrNotFound
 	}
 	return &LeaseInfo{Holder: m["holder"], AttemptID: m["attempt"], Fence: m["fence"], TTL: ttl.Val()}, nil
-}
-
-// fenced turns a refusal into the lease_lost error.
-func fenced(what string) error {
-	return teamster.Errorf(teamster.CodeLeaseLost, "%s refused: the lease is no longer held under this fence", what)
 }
 
 func isNoScript(err error) bool {

@@ -39,7 +39,7 @@ type reaperParams struct {
 	m        *metrics.Router
 }
 
-// reaper settles what no worker will: queue_timeout for attempts nobody
+// reaper gives the fleet outcome that no worker will: queue_timeout for attempts nobody
 // claimed in time, worker_lost for attempts whose worker died, and it
 // republishes outcomes whose writer died before marking them published.
 // Every router runs one; there is no leader (leases.Store.Due hands each
@@ -229,7 +229,7 @@ func (rp *reaper) confirm(ctx context.Context, log logrus.FieldLogger, e leases.
 
 // adopt makes the record agree with the durable result that stands, when
 // it is not the outcome the reaper found recorded: after a failover that
-// lost the worker's outcome, the fleet settles the attempt again on the
+// lost the worker's outcome, the fleet gives the attempt its outcome again on the
 // promoted primary, but the results stream kept the worker's result, and
 // that is the attempt's one outcome.
 func (rp *reaper) adopt(ctx context.Context, log logrus.FieldLogger, e leases.DueEntry, res leases.Reaped) {

@@ -63,6 +63,10 @@ func (r *Router) onSessionOp(m *nats.Msg) {
 	case res.Status == leases.SessionOpMissing:
 		r.reply(m, bus.Rejected(teamster.Errorf(teamster.CodeInvalidRequest, "the session has no record; create it first")))
 		return
+	case res.Status != leases.SessionOpOK:
+		log.Error("session op: unexpected status " + string(res.Status))
+		r.reply(m, bus.Rejected(teamster.Errorf(teamster.CodeInternal, "the session operation could not be applied")))
+		return
 	}
 	log.Info("session op applied")
 	if (op == leases.OpReset || op == leases.OpDelete) && res.PinnedHarness != "" && res.PreviousBinding != "" {

@@ -422,5 +422,5 @@ func (r *Router) checkDelegate(delegate string, a *bus.Attempt) error {
 	if rec != nil {
 		pinned, _ = r.registry.harnesses().Manifest(rec.AgentHarnessID)
 	}
-	return delegation.Check(a.DelegationRequest(delegate), rec.Delegation(), pinned)
+	return delegation.Check(a.DelegationRequest(delegate), rec, pinned)
 }

@@ -65,7 +65,7 @@ func LoadPolicy(path string) (*Policy, error) {
 // counts as absent. Duplicate object keys follow JSON.parse: the last wins.
 func ParsePolicy(name string, data []byte) (*Policy, error) {
 	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")) // a UTF-8 byte order mark
-	p := &Policy{name: name}
+	p := &Policy{}
 	if len(bytes.TrimSpace(data)) == 0 {
 		return p, nil
 	}

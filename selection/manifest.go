@@ -26,7 +26,7 @@ type Manifest struct {
 	// "none", "v1" or "v2" ("" reads as "none").
 	Injection string `json:"injection,omitempty"`
 	// Capabilities lists optional harness capabilities (for example "reset",
-	// "finalizeSettledTurn", "runtimeArtifact"); informational.
+	// "runtimeArtifact"); informational.
 	Capabilities []string `json:"capabilities,omitempty"`
 }
 

@@ -7,7 +7,6 @@ import "strings"
 // *Policy are valid and leave everything to auto. A Policy is immutable once
 // parsed and safe for concurrent use.
 type Policy struct {
-	name      string
 	providers map[string]providerPolicy // by normalized provider id
 	defaults  modelSettings             // agents.defaults.models
 	agents    map[string]agentPolicy    // by normalized agent id
@@ -42,15 +41,6 @@ type setting struct {
 }
 
 func (s setting) set() bool { return s.runtime != "" }
-
-// Name returns the name the policy was parsed under (usually its file path),
-// "" for a nil or zero policy.
-func (p *Policy) Name() string {
-	if p == nil {
-		return ""
-	}
-	return p.name
-}
 
 // Resolution is the outcome of runtime resolution: the runtime asked for and
 // where the ask came from.

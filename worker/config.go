@@ -50,7 +50,7 @@ type HarnessConfig struct {
 const (
 	DefaultSlots        = 64
 	DefaultLeaseTTL     = 10 * time.Second
-	DefaultDrainTimeout = 60 * time.Second
+	defaultDrainTimeout = 60 * time.Second
 	minLeaseTTL         = 500 * time.Millisecond
 )
 
@@ -95,7 +95,7 @@ func (c *Config) applyDefaults() {
 		c.LeaseTTLMs = DefaultLeaseTTL.Milliseconds()
 	}
 	if c.DrainTimeoutMs == 0 {
-		c.DrainTimeoutMs = DefaultDrainTimeout.Milliseconds()
+		c.DrainTimeoutMs = defaultDrainTimeout.Milliseconds()
 	}
 }
 

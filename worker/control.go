@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -13,6 +14,13 @@ import (
 	"github.com/teamster-fleet/teamster/harness"
 	"github.com/teamster-fleet/teamster/leases"
 )
+
+// controlSubs are the worker's subscriptions to its control subject, the
+// revoke broadcast and its harnesses' reset subjects.
+type controlSubs struct {
+	mu   sync.Mutex
+	subs []*nats.Subscription
+}
 
 // subscribeControl serves teamster.worker.<workerId>.control: drain, resume,
 // status.
@@ -44,9 +52,9 @@ func (w *Worker) subscribeControl() error {
 		}
 		subs = append(subs, sub)
 	}
-	w.mu.Lock()
-	w.controlSubs = subs
-	w.mu.Unlock()
+	w.control.mu.Lock()
+	w.control.subs = subs
+	w.control.mu.Unlock()
 	return nil
 }
 
@@ -72,10 +80,10 @@ func (w *Worker) onHarnessReset(m *nats.Msg, id string, h *hosted) {
 }
 
 func (w *Worker) unsubscribeControl() {
-	w.mu.Lock()
-	subs := w.controlSubs
-	w.controlSubs = nil
-	w.mu.Unlock()
+	w.control.mu.Lock()
+	subs := w.control.subs
+	w.control.subs = nil
+	w.control.mu.Unlock()
 	for _, sub := range subs {
 		_ = sub.Unsubscribe()
 	}
@@ -91,35 +99,18 @@ func (w *Worker) onControl(m *nats.Msg) {
 	case bus.ControlDrain:
 		go func() { _ = w.Drain(w.runCtx) }()
 	case bus.ControlResume:
-		if err := w.Resume(); err != nil {
-			w.respond(m, &bus.WorkerControlReply{V: bus.Version, Status: bus.StatusRejected, State: w.State(),
+		if err := w.resume(); err != nil {
+			w.respond(m, &bus.WorkerControlReply{V: bus.Version, Status: bus.StatusRejected, State: w.state().String(),
 				Error: teamster.AsError(err), Attempts: []string{}})
 			return
 		}
 	}
-	running := w.Running()
-	state := w.State()
+	running := w.runs.ids()
+	state := w.state().String()
 	if req.Op == bus.ControlDrain && state == bus.WorkerActive {
 		state = bus.WorkerDraining
 	}
 	w.respond(m, &bus.WorkerControlReply{V: bus.Version, Status: bus.StatusOK, State: state, Running: len(running), Attempts: running})
-}
-
-// Resume undoes a drain that has not finished: the worker fetches again.
-func (w *Worker) Resume() error {
-	w.mu.Lock()
-	if w.state != bus.WorkerDraining || w.resumeDrain == nil {
-		st := w.state
-		w.mu.Unlock()
-		return teamster.Errorf(teamster.CodeInvalidRequest, "worker %s is %s, not draining", w.id, st)
-	}
-	close(w.resumeDrain)
-	w.resumeDrain = nil
-	w.state = bus.WorkerActive
-	w.mu.Unlock()
-	w.m.SetState(bus.WorkerActive, allStates)
-	w.registry.kickNow()
-	return nil
 }
 
 func (w *Worker) respond(m *nats.Msg, v any) {

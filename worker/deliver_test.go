@@ -49,7 +49,7 @@ func TestDeliverSendsTheResultEventOnlyAsFirstMarker(t *testing.T) {
 	}
 
 	r, body := finished("a1")
-	r.deliver(ctx, body, teamster.StatusOK)
+	r.deliver(ctx, recording{kind: recorded, body: body, status: teamster.StatusOK})
 	// A reaper republished the second outcome and marked it (and sent its
 	// event) before this worker got to its mark.
 	r2, body2 := finished("a2")
@@ -59,12 +59,12 @@ func TestDeliverSendsTheResultEventOnlyAsFirstMarker(t *testing.T) {
 	if m, err := b.Store.MarkPublished(ctx, "s-a2", "a2", leases.MarkerToken()); err != nil || m != leases.MarkedNow {
 		t.Fatalf("the reaper's mark: %v %v", m, err)
 	}
-	r2.deliver(ctx, body2, teamster.StatusOK)
+	r2.deliver(ctx, recording{kind: recorded, body: body2, status: teamster.StatusOK})
 	// The worker's mark ran in Redis but its reply was lost: the retry, with
 	// the same fence, is answered as the worker's mark, and it sends.
 	r3, body3 := finished("a3")
 	lost := b.LoseNextMarkReply()
-	r3.deliver(ctx, body3, teamster.StatusOK)
+	r3.deliver(ctx, recording{kind: recorded, body: body3, status: teamster.StatusOK})
 	if !lost() {
 		t.Fatal("no mark published reply was lost; the a3 case tested nothing")
 	}

@@ -49,7 +49,7 @@ func (h *edgeHarness) RunAttempt(ctx context.Context, run *harness.Run) (*harnes
 		}
 	case "late-events":
 		<-ctx.Done()
-		// What a harness reports while it settles: its context has ended.
+		// What a harness reports in its grace: its context has ended.
 		for i := 0; i < lateEvents; i++ {
 			if err := run.Host.Emit(context.WithoutCancel(ctx), bus.EventPartial, map[string]int{"n": i}); err != nil {
 				return nil, err
@@ -240,7 +240,7 @@ func TestDrainBeforeStartStops(t *testing.T) {
 	default:
 		t.Fatal("Done is not closed after a drain before start")
 	}
-	if st := w.State(); st != bus.WorkerStopped {
+	if st := worker.State(w); st != bus.WorkerStopped {
 		t.Fatalf("state %s, want stopped", st)
 	}
 	if err := w.Start(ctx); err == nil {
@@ -261,7 +261,7 @@ func TestAResumeRacingTheEndOfTheDrainWins(t *testing.T) {
 	worker.SetBeforeDrainWait(w, func() {
 		mu.Lock()
 		defer mu.Unlock()
-		resumeErr = w.Resume()
+		resumeErr = worker.Resume(w)
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
@@ -273,8 +273,8 @@ func TestAResumeRacingTheEndOfTheDrainWins(t *testing.T) {
 		if rerr != nil {
 			t.Fatalf("round %d: resume: %v", round, rerr)
 		}
-		if !errors.Is(err, worker.ErrResumed) || w.State() != bus.WorkerActive {
-			t.Fatalf("round %d: drain %v, state %s, after a successful resume: want ErrResumed and active", round, err, w.State())
+		if !errors.Is(err, worker.ErrResumed) || worker.State(w) != bus.WorkerActive {
+			t.Fatalf("round %d: drain %v, state %s, after a successful resume: want ErrResumed and active", round, err, worker.State(w))
 		}
 	}
 	worker.SetBeforeDrainWait(w, nil)

@@ -24,3 +24,9 @@ func (w *Worker) hookCopy() *testHooks {
 	}
 	return &testHooks{}
 }
+
+// Resume undoes a drain of w, as the resume control op does.
+func Resume(w *Worker) error { return w.resume() }
+
+// State is w's lifecycle state as the fleet sees it.
+func State(w *Worker) string { return w.state().String() }

@@ -10,7 +10,7 @@ import (
 // the claims in progress; when fetching stops while it waits (a drain), it
 // gets false and gives the message back (take NAKs it and frees its slot).
 func TestStartClaimWaitsForRoomAndStopsWithFetching(t *testing.T) {
-	w := &Worker{claiming: make(chan struct{}, 2)}
+	w := &Worker{fetch: fetcher{claiming: make(chan struct{}, 2)}}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	for i := range 2 {
@@ -26,7 +26,7 @@ func TestStartClaimWaitsForRoomAndStopsWithFetching(t *testing.T) {
 		t.Fatalf("a claim started beyond the bound (%v)", ok)
 	case <-time.After(50 * time.Millisecond):
 	}
-	<-w.claiming // one claim ends
+	<-w.fetch.claiming // one claim ends
 	if ok := <-got; !ok {
 		t.Fatal("the waiting claim was refused after room was made")
 	}
@@ -36,11 +36,11 @@ func TestStartClaimWaitsForRoomAndStopsWithFetching(t *testing.T) {
 	if ok := <-got; ok {
 		t.Fatal("a claim started after fetching stopped")
 	}
-	if n := len(w.claiming); n != 2 {
+	if n := len(w.fetch.claiming); n != 2 {
 		t.Fatalf("%d claims in progress, want 2 (the refused one took no room)", n)
 	}
 	// Once stopped, nothing starts even with room.
-	<-w.claiming
+	<-w.fetch.claiming
 	if w.startClaim(ctx) {
 		t.Fatal("a claim started after fetching stopped, with room")
 	}

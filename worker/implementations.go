@@ -22,8 +22,8 @@ type Factory func(m selection.Manifest, settings json.RawMessage, env FactoryEnv
 type FactoryEnv struct {
 	// Ledger, when set, receives the scripted harness's start/end records.
 	Ledger scripted.Ledger
-	// Logger is the worker's logger (set by the worker).
-	Logger logrus.FieldLogger
+	// logger is the worker's logger (set by the worker).
+	logger logrus.FieldLogger
 }
 
 var implMu sync.Mutex
@@ -37,7 +37,7 @@ var implementations = map[string]Factory{
 	},
 	// codex drives a Codex app-server process per worker (harness/codex).
 	"codex": func(m selection.Manifest, settings json.RawMessage, env FactoryEnv) (harness.Harness, error) {
-		return codex.Factory(m, settings, env.Logger)
+		return codex.Factory(m, settings, env.logger)
 	},
 }
 

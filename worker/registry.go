@@ -81,8 +81,8 @@ func (r *registry) entry() bus.WorkerEntry {
 		ms = append(ms, h.impl.Manifest())
 	}
 	return bus.WorkerEntry{
-		V: bus.Version, WorkerID: w.id, State: w.State(), Harnesses: ms, Slots: w.cfg.Slots,
-		InFlight: w.InFlight(), HeartbeatMs: time.Now().UnixMilli(), StartedMs: w.started.UnixMilli(), Version: w.ver,
+		V: bus.Version, WorkerID: w.id, State: w.state().String(), Harnesses: ms, Slots: w.cfg.Slots,
+		InFlight: w.InFlight(), HeartbeatMs: time.Now().UnixMilli(), StartedMs: w.started.UnixMilli(),
 	}
 }
 
@@ -108,7 +108,7 @@ func (r *registry) remove(ctx context.Context) {
 // observe refreshes the gauges that are read rather than counted: slots in
 // use, leases held, and each hosted harness's queue depth from its consumer.
 func (w *Worker) observe(ctx context.Context) {
-	w.m.SlotsUsed.Set(float64(len(w.slots)))
+	w.m.SlotsUsed.Set(float64(len(w.fetch.slots)))
 	w.m.LeasesHeld.Set(float64(w.keep.Len()))
 	for id, h := range w.harnesses {
 		if h.consumer == nil {

@@ -15,22 +15,16 @@ import (
 	"github.com/teamster-fleet/teamster/selection"
 )
 
-// FingerprintPrefix starts the runtime artifact fingerprint of a codex run:
+// fingerprintPrefix starts the runtime artifact fingerprint of a codex run:
 // "codex-app-server/<version>", the version the handshake reported.
-const FingerprintPrefix = "codex-app-server/"
+const fingerprintPrefix = "codex-app-server/"
 
-// Options are what the worker gives a codex harness besides its settings.
-type Options struct {
-	// Logger receives the harness's logs; nil discards them.
-	Logger logrus.FieldLogger
-}
-
-// Harness is the codex harness: it runs attempts as turns of the Codex
+// codexHarness is the codex harness: it runs attempts as turns of the Codex
 // app-server (see the package doc). It is safe for concurrent use; all runs
 // share one app-server process.
-type Harness struct {
+type codexHarness struct {
 	m   selection.Manifest
-	s   Settings
+	s   settings
 	log logrus.FieldLogger
 	sup *supervisor
 
@@ -39,32 +33,45 @@ type Harness struct {
 }
 
 var (
-	_ harness.Harness           = (*Harness)(nil)
-	_ harness.ArtifactValidator = (*Harness)(nil)
-	_ io.Closer                 = (*Harness)(nil)
+	_ harness.Harness           = (*codexHarness)(nil)
+	_ harness.ArtifactValidator = (*codexHarness)(nil)
+	_ io.Closer                 = (*codexHarness)(nil)
 )
 
-// New returns a codex harness registered with manifest m. It checks the
-// settings and that the binary exists; the app-server starts with the first
-// turn.
-func New(m selection.Manifest, s Settings, o Options) (*Harness, error) {
-	if s.MinVersion == "" {
-		s.MinVersion = DefaultMinVersion
+// Factory builds a codex harness from a worker config's harness entry: its
+// manifest and its raw "settings" (see the package doc), with log receiving
+// the harness's logs (nil discards them). It checks the settings and that
+// the binary exists; the app-server starts with the first turn. The harness
+// is an io.Closer: Close stops the app-server. The worker registers Factory
+// as implementation "codex".
+func Factory(m selection.Manifest, raw json.RawMessage, log logrus.FieldLogger) (harness.Harness, error) {
+	s, err := parseSettings(raw)
+	if err != nil {
+		return nil, err
 	}
-	if err := s.Validate(); err != nil {
+	return newHarness(m, s, log)
+}
+
+// newHarness returns a codex harness registered with manifest m. It checks
+// the settings and that the binary exists; the app-server starts with the
+// first turn. A nil log discards the harness's logs.
+func newHarness(m selection.Manifest, s settings, log logrus.FieldLogger) (*codexHarness, error) {
+	if s.MinVersion == "" {
+		s.MinVersion = defaultMinVersion
+	}
+	if err := s.validate(); err != nil {
 		return nil, err
 	}
 	if err := checkBinary(s.Binary); err != nil {
 		return nil, err
 	}
-	log := o.Logger
 	if log == nil {
 		l := logrus.New()
 		l.SetOutput(io.Discard)
 		log = l
 	}
 	log = log.WithField("harness", m.ID)
-	h := &Harness{m: m, s: s, log: log}
+	h := &codexHarness{m: m, s: s, log: log}
 	h.sup = newSupervisor(supervisorParams{start: h.startProcess, log: log})
 	// Names of variables, never their values.
 	log.WithFields(logrus.Fields{"binary": s.Binary, "codexHome": s.CodexHome, "minVersion": s.MinVersion,
@@ -73,33 +80,22 @@ func New(m selection.Manifest, s Settings, o Options) (*Harness, error) {
 	return h, nil
 }
 
-// Factory builds a codex harness from a worker config's harness entry: its
-// manifest and its raw "settings" (ParseSettings). The worker registers it
-// as implementation "codex".
-func Factory(m selection.Manifest, settings json.RawMessage, log logrus.FieldLogger) (harness.Harness, error) {
-	s, err := ParseSettings(settings)
-	if err != nil {
-		return nil, err
-	}
-	return New(m, s, Options{Logger: log})
-}
-
 // Manifest returns the harness's manifest.
-func (h *Harness) Manifest() selection.Manifest { return h.m }
+func (h *codexHarness) Manifest() selection.Manifest { return h.m }
 
 // Supports applies the standard route contract to the manifest.
-func (h *Harness) Supports(a *bus.Attempt) (bool, string) {
+func (h *codexHarness) Supports(a *bus.Attempt) (bool, string) {
 	return harness.SupportsManifest(h.m, a)
 }
 
 // Close stops the app-server (and no longer restarts it); turns still running
 // on it end harness_failed.
-func (h *Harness) Close() error {
+func (h *codexHarness) Close() error {
 	h.sup.shutdown()
 	return nil
 }
 
-func (h *Harness) startProcess(ctx context.Context) (*process, error) {
+func (h *codexHarness) startProcess(ctx context.Context) (*process, error) {
 	h.mu.Lock()
 	trace := h.trace
 	h.mu.Unlock()
@@ -107,14 +103,14 @@ func (h *Harness) startProcess(ctx context.Context) (*process, error) {
 }
 
 // artifact is the runtime artifact of runs on process p.
-func (h *Harness) artifact(p *process) bus.RuntimeArtifact {
-	return bus.RuntimeArtifact{ID: h.m.ID, Fingerprint: FingerprintPrefix + p.version.String()}
+func (h *codexHarness) artifact(p *process) bus.RuntimeArtifact {
+	return bus.RuntimeArtifact{ID: h.m.ID, Fingerprint: fingerprintPrefix + p.version.String()}
 }
 
 // ValidateRuntimeArtifact accepts exactly the artifact of the running
 // app-server ({id: <harness id>, fingerprint: codex-app-server/<version>}),
 // starting it when it is not running.
-func (h *Harness) ValidateRuntimeArtifact(ctx context.Context, a bus.RuntimeArtifact) error {
+func (h *codexHarness) ValidateRuntimeArtifact(ctx context.Context, a bus.RuntimeArtifact) error {
 	p, err := h.sup.acquire(ctx)
 	if err != nil {
 		return teamster.Errorf(teamster.CodeRuntimeArtifactMismatch, "codex: the app-server is not available to compare its runtime artifact: %v", err).
@@ -126,7 +122,7 @@ func (h *Harness) ValidateRuntimeArtifact(ctx context.Context, a bus.RuntimeArti
 // RunAttempt runs the attempt as one turn of the app-server: on the thread
 // of the session's binding (thread/resume) or a new one (thread/start). Every
 // error it returns is a *teamster.Error.
-func (h *Harness) RunAttempt(ctx context.Context, run *harness.Run) (*harness.Outcome, error) {
+func (h *codexHarness) RunAttempt(ctx context.Context, run *harness.Run) (*harness.Outcome, error) {
 	if run == nil || run.Attempt == nil {
 		return nil, failedNone("the run has no attempt")
 	}

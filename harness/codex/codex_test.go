@@ -175,7 +175,8 @@ func TestToolRoundTrip(t *testing.T) {
 	for _, e := range evs {
 		if e.Type == bus.EventTool {
 			toolEvents++
-			if !strings.Contains(string(e.Data), `"outcome":"success"`) {
+			var d bus.ToolData
+			if err := json.Unmarshal(e.Data, &d); err != nil || d.Outcome != bus.OutcomeSuccess {
 				t.Fatalf("tool event %s", e.Data)
 			}
 		}
@@ -522,7 +523,7 @@ func TestTurnIsNotStartedOnceTheLeaseIsNotCurrent(t *testing.T) {
 	bin := codextest.Binary(t)
 	endpoint := codextest.NewEndpoint(t, codextest.Reply{Text: "never"})
 	home := codextest.NewHome(t, endpoint)
-	h, err := codex.New(manifest, codex.Settings{Binary: bin, CodexHome: home, Cwd: t.TempDir(), Env: map[string]string{codextest.KeyEnv: secretKey}}, codex.Options{})
+	h, err := codex.New(manifest, codex.Settings{Binary: bin, CodexHome: home, Cwd: t.TempDir(), Env: map[string]string{codextest.KeyEnv: secretKey}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -84,7 +84,7 @@
 //
 // When the attempt's context ends (cancel, deadline, drain timeout, lost
 // lease) the harness sends turn/interrupt {threadId, turnId}, waits (within
-// most of the settlement budget) for turn/completed with status
+// most of the grace (settlementTimeoutMs)) for turn/completed with status
 // "interrupted", lets the thread go, and returns the context's cause.
 //
 // # Server requests
@@ -117,8 +117,8 @@
 //
 // # Settings
 //
-// The harness entry's "settings" (Settings): binary (default: the
-// project-local install .tools/codex/bin/codex, which install.sh creates),
+// The harness entry's "settings": binary (default: the project-local
+// install .tools/codex/bin/codex, which install.sh creates),
 // codexHome, env (extra variables such as the provider key; values are never
 // logged), minVersion, allowApprovals, model (default the attempt's
 // modelId), cwd. The app-server inherits only a short list of the worker's

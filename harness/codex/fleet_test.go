@@ -289,9 +289,7 @@ func partialText(t *testing.T, evs []bus.Event) string {
 		if e.Type != bus.EventPartial {
 			continue
 		}
-		var d struct {
-			Text string `json:"text"`
-		}
+		var d bus.PartialData
 		if err := json.Unmarshal(e.Data, &d); err != nil {
 			t.Fatal(err)
 		}

@@ -63,7 +63,7 @@ type process struct {
 
 // processParams are what starting a process needs.
 type processParams struct {
-	settings *Settings
+	settings *settings
 	log      logrus.FieldLogger
 	trace    traceFunc
 }

@@ -38,8 +38,7 @@ type message struct {
 	Error  *rpcError       `json:"error,omitempty"`
 }
 
-func (m *message) isRequest() bool      { return m.Method != "" && len(m.ID) > 0 }
-func (m *message) isNotification() bool { return m.Method != "" && len(m.ID) == 0 }
+func (m *message) isRequest() bool { return m.Method != "" && len(m.ID) > 0 }
 
 // rpcError is a JSON-RPC error: the app-server refused a request. Nothing
 // the request asked for happened.

@@ -79,7 +79,7 @@ func (t *turn) toolCall(p dynamicToolCallParams) dynamicToolCallResult {
 	if !t.tools[name] {
 		e := teamster.Errorf(teamster.CodeInvalidRequest, "tool %.80q was not offered to this turn", name)
 		errJSON, _ := json.Marshal(e)
-		t.emit(bus.EventTool, toolData{CallID: p.CallID, Name: name, Args: args, Outcome: bus.OutcomeFailure, Error: errJSON})
+		t.emit(bus.EventTool, bus.ToolData{CallID: p.CallID, Name: name, Args: args, Outcome: bus.OutcomeFailure, Error: errJSON})
 		t.terminal(call, false, bus.OutcomeFailure, errJSON)
 		return toolFailure(e.Message)
 	}
@@ -96,7 +96,7 @@ func (t *turn) toolCall(p dynamicToolCallParams) dynamicToolCallResult {
 		t.fail(failed("the host's tool callback for %s returned no reply", p.CallID))
 		return toolFailure("the host could not run the tool")
 	}
-	ev := toolData{CallID: p.CallID, Name: name, Args: args}
+	ev := bus.ToolData{CallID: p.CallID, Name: name, Args: args}
 	var res dynamicToolCallResult
 	if reply.Status == bus.StatusOK {
 		ev.Outcome = bus.OutcomeSuccess
@@ -159,12 +159,12 @@ func toolFailure(text string) dynamicToolCallResult {
 // approvals. The decision is emitted as an agent event.
 func (t *turn) approval(m *message) any {
 	allow := t.h.s.AllowApprovals
-	decision := "declined"
+	decision := bus.ApprovalDeclined
 	if allow {
-		decision = "accepted"
+		decision = bus.ApprovalAccepted
 	}
 	t.log.WithFields(logrus.Fields{"request": m.Method, "decision": decision}).Info("codex: approval request")
-	t.emit(bus.EventAgent, agentData{Kind: "approval", Request: m.Method, Decision: decision})
+	t.emit(bus.EventAgent, bus.ApprovalData{Kind: bus.AgentApproval, Request: m.Method, Decision: decision})
 	switch m.Method {
 	case reqCommandApproval, reqFileChangeApproval:
 		if allow {

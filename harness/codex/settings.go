@@ -16,17 +16,17 @@ import (
 // tested against; install.sh installs it.
 const PinnedVersion = "0.171.0"
 
-// DefaultMinVersion is the oldest app-server the harness accepts unless the
+// defaultMinVersion is the oldest app-server the harness accepts unless the
 // settings say otherwise: the pinned release, whose protocol it speaks.
-const DefaultMinVersion = PinnedVersion
+const defaultMinVersion = PinnedVersion
 
 // localBinary is where install.sh links the native codex binary, relative to
 // the project root.
 const localBinary = ".tools/codex/bin/codex"
 
-// Settings are a codex harness entry's "settings" in the worker config.
+// settings are a codex harness entry's "settings" in the worker config.
 // Unknown keys are errors, as everywhere in a worker config.
-type Settings struct {
+type settings struct {
 	// Binary is the codex executable (the native binary or the npm
 	// launcher). Default: DefaultBinary, the project-local install.
 	Binary string `json:"binary,omitempty"`
@@ -40,7 +40,7 @@ type Settings struct {
 	// logged.
 	Env map[string]string `json:"env,omitempty"`
 	// MinVersion is the oldest app-server version accepted (from the
-	// initialize handshake); default DefaultMinVersion.
+	// initialize handshake); default defaultMinVersion.
 	MinVersion string `json:"minVersion,omitempty"`
 	// AllowApprovals accepts the app-server's approval requests (commands,
 	// file changes, permissions) instead of declining them.
@@ -52,27 +52,27 @@ type Settings struct {
 	Cwd string `json:"cwd,omitempty"`
 }
 
-// ParseSettings reads a harness entry's settings (absent, null and {} are
+// parseSettings reads a harness entry's settings (absent, null and {} are
 // all the defaults), applies the defaults and validates them.
-func ParseSettings(raw json.RawMessage) (Settings, error) {
-	var s Settings
+func parseSettings(raw json.RawMessage) (settings, error) {
+	var s settings
 	if len(bytes.TrimSpace(raw)) > 0 && string(bytes.TrimSpace(raw)) != "null" {
 		dec := json.NewDecoder(bytes.NewReader(raw))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&s); err != nil {
-			return Settings{}, fmt.Errorf("codex settings: %w", err)
+			return settings{}, fmt.Errorf("codex settings: %w", err)
 		}
 	}
 	if err := s.applyDefaults(); err != nil {
-		return Settings{}, err
+		return settings{}, err
 	}
-	if err := s.Validate(); err != nil {
-		return Settings{}, err
+	if err := s.validate(); err != nil {
+		return settings{}, err
 	}
 	return s, nil
 }
 
-func (s *Settings) applyDefaults() error {
+func (s *settings) applyDefaults() error {
 	if s.Binary == "" {
 		b, err := DefaultBinary()
 		if err != nil {
@@ -81,13 +81,13 @@ func (s *Settings) applyDefaults() error {
 		s.Binary = b
 	}
 	if s.MinVersion == "" {
-		s.MinVersion = DefaultMinVersion
+		s.MinVersion = defaultMinVersion
 	}
 	return nil
 }
 
-// Validate checks the settings; it does not look at the file system.
-func (s *Settings) Validate() error {
+// validate checks the settings; it does not look at the file system.
+func (s *settings) validate() error {
 	if s.Binary == "" {
 		return errors.New("codex settings: binary is empty")
 	}
@@ -167,7 +167,7 @@ var inheritedEnv = []string{
 
 // environ is the app-server's environment: the inherited variables, then
 // CODEX_HOME from the settings, then the settings' env (which wins).
-func (s *Settings) environ() []string {
+func (s *settings) environ() []string {
 	env := map[string]string{}
 	for _, k := range inheritedEnv {
 		if v, ok := os.LookupEnv(k); ok {
@@ -190,7 +190,7 @@ func (s *Settings) environ() []string {
 
 // envKeys are the names (never the values) of the settings' extra
 // variables, for logs.
-func (s *Settings) envKeys() []string {
+func (s *settings) envKeys() []string {
 	keys := make([]string, 0, len(s.Env))
 	for k := range s.Env {
 		keys = append(keys, k)

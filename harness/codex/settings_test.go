@@ -13,20 +13,20 @@ import (
 
 func TestParseSettings(t *testing.T) {
 	for _, raw := range []string{"", "null", "{}"} {
-		s, err := ParseSettings(json.RawMessage(raw))
+		s, err := parseSettings(json.RawMessage(raw))
 		if err != nil {
 			t.Fatalf("%q: %v", raw, err)
 		}
-		if s.MinVersion != DefaultMinVersion || !strings.HasSuffix(s.Binary, localBinary) {
+		if s.MinVersion != defaultMinVersion || !strings.HasSuffix(s.Binary, localBinary) {
 			t.Fatalf("%q: defaults %+v", raw, s)
 		}
 	}
-	s, err := ParseSettings(json.RawMessage(`{"binary":"/opt/codex","codexHome":"/var/codex","env":{"OPENAI_API_KEY":"sk-x"},
+	s, err := parseSettings(json.RawMessage(`{"binary":"/opt/codex","codexHome":"/var/codex","env":{"OPENAI_API_KEY":"sk-x"},
 		"minVersion":"0.172.0","allowApprovals":true,"model":"gpt-5.6-sol","cwd":"/srv/work"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Settings{Binary: "/opt/codex", CodexHome: "/var/codex", Env: map[string]string{"OPENAI_API_KEY": "sk-x"},
+	want := settings{Binary: "/opt/codex", CodexHome: "/var/codex", Env: map[string]string{"OPENAI_API_KEY": "sk-x"},
 		MinVersion: "0.172.0", AllowApprovals: true, Model: "gpt-5.6-sol", Cwd: "/srv/work"}
 	if s.Binary != want.Binary || s.CodexHome != want.CodexHome || s.MinVersion != want.MinVersion || !s.AllowApprovals ||
 		s.Model != want.Model || s.Cwd != want.Cwd || s.Env["OPENAI_API_KEY"] != "sk-x" {
@@ -44,7 +44,7 @@ func TestParseSettings(t *testing.T) {
 		`["not","an","object"]`:                  "cannot unmarshal",
 		`{"env":{"SECRET_KEY":"hunter2\u0000"}}`: "SECRET_KEY",
 	} {
-		_, err := ParseSettings(json.RawMessage(raw))
+		_, err := parseSettings(json.RawMessage(raw))
 		if err == nil || !strings.Contains(err.Error(), wantErr) {
 			t.Errorf("%s: error %v, want %q", raw, err, wantErr)
 		}
@@ -60,7 +60,7 @@ func TestEnviron(t *testing.T) {
 	t.Setenv("TEAMSTER_REDIS_URL", "redis://:password@10.0.0.1:6379/0")
 	t.Setenv("PATH", "/usr/bin:/bin")
 	t.Setenv("CODEX_HOME", "/from/the/worker")
-	s := Settings{CodexHome: "/from/settings", Env: map[string]string{"OPENAI_API_KEY": "sk-x", "PATH": "/opt/bin"}}
+	s := settings{CodexHome: "/from/settings", Env: map[string]string{"OPENAI_API_KEY": "sk-x", "PATH": "/opt/bin"}}
 	env := s.environ()
 	for _, want := range []string{"CODEX_HOME=/from/settings", "OPENAI_API_KEY=sk-x", "PATH=/opt/bin"} {
 		if !slices.Contains(env, want) {
@@ -72,7 +72,7 @@ func TestEnviron(t *testing.T) {
 			t.Errorf("the worker's %s leaked into the app-server's env", e)
 		}
 	}
-	if got := (&Settings{}).environ(); !slices.Contains(got, "CODEX_HOME=/from/the/worker") {
+	if got := (&settings{}).environ(); !slices.Contains(got, "CODEX_HOME=/from/the/worker") {
 		t.Errorf("without a codexHome setting the worker's CODEX_HOME is inherited: %v", got)
 	}
 	if keys := s.envKeys(); !slices.Equal(keys, []string{"OPENAI_API_KEY", "PATH"}) {
@@ -102,7 +102,7 @@ func TestDefaultBinaryWalksUp(t *testing.T) {
 
 // A missing binary fails the harness's construction, saying what to do.
 func TestNewRefusesAMissingBinary(t *testing.T) {
-	_, err := New(selection.Manifest{ID: "codex"}, Settings{Binary: filepath.Join(t.TempDir(), "codex")}, Options{})
+	_, err := newHarness(selection.Manifest{ID: "codex"}, settings{Binary: filepath.Join(t.TempDir(), "codex")}, nil)
 	if err == nil || !strings.Contains(err.Error(), "make deps") {
 		t.Fatalf("error %v, want one telling to run make deps", err)
 	}

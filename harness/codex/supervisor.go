@@ -111,14 +111,6 @@ func (s *supervisor) acquire(ctx context.Context) (*process, error) {
 	}
 }
 
-// current returns the ready process without starting anything, nil when
-// there is none.
-func (s *supervisor) current() *process {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.cur
-}
-
 func (s *supervisor) set(p *process, err error) {
 	s.mu.Lock()
 	s.cur, s.startErr = p, err

@@ -30,7 +30,7 @@ const (
 	// closeWait bounds the wait for thread/closed after unsubscribing.
 	closeWait = 5 * time.Second
 	// maxCleanup bounds interrupting a cancelled turn; the attempt's
-	// settlement budget bounds it further.
+	// grace (settlementTimeoutMs) bounds it further.
 	maxCleanup = 10 * time.Second
 	minCleanup = 500 * time.Millisecond
 )
@@ -38,7 +38,7 @@ const (
 // turn is one attempt on the app-server: open the thread, start the turn,
 // relay its events until turn/completed, then let the thread go.
 type turn struct {
-	h   *Harness
+	h   *codexHarness
 	p   *process
 	c   *conn
 	run *harness.Run
@@ -69,7 +69,7 @@ type turn struct {
 }
 
 type turnParams struct {
-	h        *Harness
+	h        *codexHarness
 	p        *process
 	run      *harness.Run
 	ctx      context.Context
@@ -280,7 +280,7 @@ func (t *turn) handle(m *message) (done bool, err error) {
 	case noteAgentMessageDelta:
 		var n agentMessageDelta
 		if json.Unmarshal(m.Params, &n) == nil && n.TurnID == t.turnID && n.Delta != "" {
-			t.emit(bus.EventPartial, partialData{Text: n.Delta, ItemID: n.ItemID})
+			t.emit(bus.EventPartial, bus.PartialData{Text: n.Delta, ItemID: n.ItemID})
 		}
 	case noteItemCompleted:
 		var n itemCompletedNote
@@ -350,12 +350,12 @@ func (t *turn) itemCompleted(it threadItem) {
 	case "reasoning":
 		text := strings.TrimSpace(strings.Join(append(append([]string{}, it.Summary...), it.Content...), "\n"))
 		if text != "" {
-			t.emit(bus.EventAgent, agentData{Kind: "reasoning", Text: text})
+			t.emit(bus.EventAgent, bus.AgentData{Kind: bus.AgentReasoning, Text: text})
 			t.out.ReasoningText = appendText(t.out.ReasoningText, text)
 		}
 	case "plan":
 		if it.Text != "" {
-			t.emit(bus.EventAgent, agentData{Kind: "plan", Text: it.Text})
+			t.emit(bus.EventAgent, bus.AgentData{Kind: bus.AgentPlan, Text: it.Text})
 			t.out.PlanText = appendText(t.out.PlanText, it.Text)
 		}
 	}
@@ -474,7 +474,7 @@ func (t *turn) drainUntil(ctx context.Context, stop func(*message) bool) bool {
 }
 
 // cleanupBudget is how long aborting may take: most of the attempt's
-// settlement budget (after which the worker gives up on the harness), within
+// grace (settlementTimeoutMs) (after which the worker gives up on the harness), within
 // [minCleanup, maxCleanup].
 func (t *turn) cleanupBudget() time.Duration {
 	d := t.run.Attempt.SettlementTimeout() * 3 / 4
@@ -510,30 +510,6 @@ func (t *turn) failure() error {
 	defer t.mu.Unlock()
 	return t.failErr
 }
-
-// Event data the harness emits.
-type (
-	partialData struct {
-		Text   string `json:"text"`
-		ItemID string `json:"itemId,omitempty"`
-	}
-	agentData struct {
-		Kind string `json:"kind"`
-		Text string `json:"text,omitempty"`
-		// Request and Decision describe an approval request (kind
-		// "approval").
-		Request  string `json:"request,omitempty"`
-		Decision string `json:"decision,omitempty"`
-	}
-	toolData struct {
-		CallID  string          `json:"callId"`
-		Name    string          `json:"name"`
-		Args    json.RawMessage `json:"args,omitempty"`
-		Outcome string          `json:"outcome"`
-		Result  json.RawMessage `json:"result,omitempty"`
-		Error   json.RawMessage `json:"error,omitempty"`
-	}
-)
 
 // emit sends an event; a host that cannot take it ends the turn.
 func (t *turn) emit(eventType string, data any) {

@@ -23,6 +23,8 @@
 //	                         item is taken, appended to the assistant texts and settled committed
 //	{"fail": message}        ends the attempt with harness_failed and message
 //
+// The event data is bus.PartialData, bus.AgentData and bus.ToolData.
+//
 // The whole script is checked before its first step runs: malformed JSON, a
 // step that is not an object with exactly one key, an unknown step or a value
 // of the wrong type ends the attempt with harness_failed naming the step's
@@ -44,7 +46,7 @@
 // assertion is false is settled rejected and never reaches the reply.
 //
 // An attempt with expectedRuntimeArtifact runs only when the artifact is this
-// harness's ({id: <harness id>, fingerprint: Fingerprint}), else it ends with
+// harness's ({id: <harness id>, fingerprint: "scripted/1"}), else it ends with
 // runtime_artifact_mismatch; captureRuntimeArtifact returns that artifact.
 //
 // A successful turn returns the native binding

@@ -18,10 +18,10 @@ import (
 	"github.com/teamster-fleet/teamster/selection"
 )
 
-// Fingerprint is the runtime artifact fingerprint of this implementation. A
+// fingerprint is the runtime artifact fingerprint of this implementation. A
 // run asked to capture its runtime artifact returns {id: <harness id>,
-// fingerprint: Fingerprint}.
-const Fingerprint = "scripted/1"
+// fingerprint: "scripted/1"}.
+const fingerprint = "scripted/1"
 
 // Options configure a scripted harness.
 type Options struct {
@@ -63,7 +63,7 @@ func (h *Harness) Reset(ctx context.Context, sessionKey string, binding json.Raw
 }
 
 // ValidateRuntimeArtifact accepts exactly the artifact this harness captures:
-// {id: <harness id>, fingerprint: Fingerprint}; anything else is
+// {id: <harness id>, fingerprint: "scripted/1"}; anything else is
 // runtime_artifact_mismatch.
 func (h *Harness) ValidateRuntimeArtifact(ctx context.Context, a bus.RuntimeArtifact) error {
 	if a != h.artifact() {
@@ -73,7 +73,7 @@ func (h *Harness) ValidateRuntimeArtifact(ctx context.Context, a bus.RuntimeArti
 }
 
 func (h *Harness) artifact() bus.RuntimeArtifact {
-	return bus.RuntimeArtifact{ID: h.m.ID, Fingerprint: Fingerprint}
+	return bus.RuntimeArtifact{ID: h.m.ID, Fingerprint: fingerprint}
 }
 
 // RunAttempt plays the attempt's script, or echoes its prompt (see the
@@ -198,32 +198,6 @@ type player struct {
 	usage int // usage steps played so far
 }
 
-// Event data the harness emits.
-type (
-	textData struct {
-		Text string `json:"text"`
-	}
-	agentData struct {
-		Kind string `json:"kind"`
-		Text string `json:"text"`
-	}
-	// toolData describes one tool call and its outcome.
-	toolData struct {
-		CallID  string          `json:"callId"`
-		Name    string          `json:"name"`
-		Args    json.RawMessage `json:"args,omitempty"`
-		Outcome string          `json:"outcome"`
-		Result  json.RawMessage `json:"result,omitempty"`
-		Error   json.RawMessage `json:"error,omitempty"`
-	}
-)
-
-// Agent event kinds.
-const (
-	agentReasoning = "reasoning"
-	agentPlan      = "plan"
-)
-
 // play runs one step. Each kind is a call of its own, so that a turn asleep
 // in a step keeps a small stack.
 func (p *player) play(s *step) error {
@@ -231,9 +205,9 @@ func (p *player) play(s *step) error {
 	case stepSay:
 		return p.say(s.text)
 	case stepReason:
-		return p.agent(agentReasoning, s.text, &p.out.ReasoningText)
+		return p.agent(bus.AgentReasoning, s.text, &p.out.ReasoningText)
 	case stepPlan:
-		return p.agent(agentPlan, s.text, &p.out.PlanText)
+		return p.agent(bus.AgentPlan, s.text, &p.out.PlanText)
 	case stepSleep:
 		return p.sleep(time.Duration(s.n) * time.Millisecond)
 	case stepTool:
@@ -252,7 +226,7 @@ func (p *player) play(s *step) error {
 
 // say streams a piece of assistant text.
 func (p *player) say(text string) error {
-	if err := p.emit(bus.EventPartial, textData{Text: text}); err != nil {
+	if err := p.emit(bus.EventPartial, bus.PartialData{Text: text}); err != nil {
 		return err
 	}
 	p.out.AssistantTexts = append(p.out.AssistantTexts, text)
@@ -262,7 +236,7 @@ func (p *player) say(text string) error {
 // agent streams a piece of reasoning or plan text and adds it to the
 // outcome's.
 func (p *player) agent(kind, text string, to *string) error {
-	if err := p.emit(bus.EventAgent, agentData{Kind: kind, Text: text}); err != nil {
+	if err := p.emit(bus.EventAgent, bus.AgentData{Kind: kind, Text: text}); err != nil {
 		return err
 	}
 	*to = appendText(*to, text)
@@ -327,7 +301,7 @@ func (p *player) tool(t toolStep) error {
 	if reply == nil {
 		return failed("the host's tool callback for %s returned no reply", callID)
 	}
-	ev := toolData{CallID: callID, Name: t.name, Args: t.args}
+	ev := bus.ToolData{CallID: callID, Name: t.name, Args: t.args}
 	if reply.Status == bus.StatusOK {
 		ev.Outcome = bus.OutcomeSuccess
 		ev.Result = reply.Result

@@ -550,7 +550,7 @@ func TestRuntimeArtifact(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := bus.RuntimeArtifact{ID: "codex", Fingerprint: scripted.Fingerprint}
+	want := bus.RuntimeArtifact{ID: "codex", Fingerprint: "scripted/1"}
 	if out.RuntimeArtifact == nil || *out.RuntimeArtifact != want {
 		t.Fatalf("artifact %+v, want %+v", out.RuntimeArtifact, want)
 	}

@@ -15,14 +15,15 @@ import (
 	"github.com/teamster-fleet/teamster/selection"
 )
 
-// Injection on a worker (docs/PROTOCOL.md, "Injection"). A run serves
+// The turn's injection (docs/PROTOCOL.md, "Injection"). A run serves
 // teamster.run.<attemptId>.inject while it runs. Each request becomes one
 // item: the worker checks what it can before touching the harness
 // (source-bound input to a V1-only harness, a run that ended, a lease that is
 // no longer current), then builds the item's assertion and hands the text to
 // the harness's handle, which calls the assertion immediately before it
 // dispatches. The item's admission and its one settlement are reported as
-// injection events on the attempt's replyTo.
+// injection events on the attempt's replyTo. In this package "settle" means
+// only that: an injected item's one final state.
 
 // injectorWait bounds how long an inject waits for a run that has just been
 // claimed to install its injection handle.
@@ -125,10 +126,10 @@ func (r *run) inject(req *bus.InjectRequest) *bus.InjectReply {
 		DebounceMs: req.DebounceMs,
 		OnQueueAccepted: func(ok bool) {
 			if ok {
-				r.admitted(it)
+				r.admit(it)
 			}
 		},
-		OnQueueSettled: func(s injection.Settlement) { r.settled(it, s, "") },
+		OnQueueSettled: func(s injection.Settlement) { r.settle(it, s, "") },
 	}
 	var err error
 	switch h := r.injector().(type) {
@@ -152,7 +153,7 @@ func (r *run) inject(req *bus.InjectRequest) *bus.InjectReply {
 		}
 		// A handle that refused it may have settled it already; then this
 		// changes nothing.
-		r.settled(it, injection.Rejected, e.Code)
+		r.settle(it, injection.Rejected, e.Code)
 		r.w.m.Injections.WithLabelValues(string(e.Code)).Inc()
 		return &bus.InjectReply{V: bus.Version, Status: bus.StatusRejected, InjectionID: id, AttemptID: r.attempt.AttemptID, Error: e}
 	}
@@ -190,8 +191,8 @@ func (r *run) track(it *item) {
 	}
 }
 
-// admitted reports an item's admission (once).
-func (r *run) admitted(it *item) {
+// admit reports an item's admission (once).
+func (r *run) admit(it *item) {
 	it.mu.Lock()
 	if it.accepted || it.settled {
 		it.mu.Unlock()
@@ -203,9 +204,9 @@ func (r *run) admitted(it *item) {
 	_ = r.emit(bus.EventInjection, bus.InjectionData{InjectionID: it.id, State: bus.InjectionAccepted})
 }
 
-// settled reports an item's settlement once and stops tracking it; it
+// settle reports an item's settlement once and stops tracking it; it
 // reports whether this call was the one.
-func (r *run) settled(it *item, s injection.Settlement, code teamster.Code) bool {
+func (r *run) settle(it *item, s injection.Settlement, code teamster.Code) bool {
 	it.mu.Lock()
 	if it.settled {
 		it.mu.Unlock()
@@ -244,7 +245,7 @@ func (r *run) settleLeftovers() {
 	}
 	r.inj.mu.Unlock()
 	for _, it := range left {
-		r.settled(it, injection.Cancelled, "")
+		r.settle(it, injection.Cancelled, "")
 	}
 }
 
