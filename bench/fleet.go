@@ -5,33 +5,33 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/sirupsen/logrus"
 
 	"github.com/teamster-fleet/teamster/bus"
 	"github.com/teamster-fleet/teamster/client"
-	"github.com/teamster-fleet/teamster/internal/metrics"
+	// Imported as assembly: this package's own fleet type is the fleet
+	// the bench measures.
+	assembly "github.com/teamster-fleet/teamster/internal/fleet"
 	"github.com/teamster-fleet/teamster/internal/redisproc"
 	"github.com/teamster-fleet/teamster/router"
 	"github.com/teamster-fleet/teamster/selection"
 	"github.com/teamster-fleet/teamster/worker"
 )
 
-// The same wiring as internal/fleettest, without testing.T: a private
-// redis-server process (or, for the topology scenario, a Sentinel set or a
-// Redis Cluster, bench/topology.go), an embedded NATS with JetStream on a
-// loopback port (the child worker of the memory scenario connects to it),
-// one router and workers, each with its own NATS connection and Redis
-// client, the way cmd/router and cmd/worker connect (cmdutil.Common.NewRedis:
-// default go-redis options).
+// The fleet internal/fleet assembles, as for internal/fleettest and
+// `teamster dev`: a private redis-server process (or, for the topology
+// scenario, a Sentinel set or a Redis Cluster, bench/topology.go), an
+// embedded NATS with JetStream on a loopback port (the child worker of the
+// memory scenario connects to it), one router and workers, each with its
+// own NATS connection and Redis client, the way cmd/router and cmd/worker
+// connect (cmdutil.Common.NewRedis: default go-redis options), counted by
+// the bench's round-trip hooks.
 
 // servers are the bench's private Redis and NATS server.
 type servers struct {
@@ -47,10 +47,7 @@ type servers struct {
 }
 
 func startRedis(dir string) (*servers, error) {
-	if err := os.MkdirAll(filepath.Join(dir, "redis"), 0o755); err != nil {
-		return nil, err
-	}
-	r, err := redisproc.Start(filepath.Join(dir, "redis"))
+	r, err := assembly.StartRedis(filepath.Join(dir, "redis"))
 	if err != nil {
 		return nil, err
 	}
@@ -60,12 +57,12 @@ func startRedis(dir string) (*servers, error) {
 }
 
 func (s *servers) startNATS() error {
-	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{Port: 0, StoreDir: filepath.Join(s.dir, "jetstream")})
+	srv, err := assembly.StartNATS(0, filepath.Join(s.dir, "jetstream"))
 	if err != nil {
 		return err
 	}
 	s.nats = srv
-	s.natsURL = "nats://" + srv.Addr().(*net.TCPAddr).String()
+	s.natsURL = assembly.NATSURL(srv)
 	return nil
 }
 
@@ -85,8 +82,7 @@ func (s *servers) redisURL() string {
 // call does nothing.
 func (s *servers) close() {
 	if s.nats != nil {
-		s.nats.Shutdown()
-		s.nats.WaitForShutdown()
+		assembly.StopNATS(s.nats)
 		s.nats = nil
 	}
 	if s.redis != nil {
@@ -132,16 +128,16 @@ func quietLogger() *logrus.Logger {
 	return l
 }
 
-// fleet is a router and workers in this process, and a client.
+// fleet is a router and workers in this process (internal/fleet), and a
+// client.
 type fleet struct {
 	srv     *servers
-	log     *logrus.Logger
+	fl      *assembly.Fleet
 	rt      *rtCounter // on the router's and the workers' Redis clients (a cluster client's node clients)
 	issued  *rtCounter // on the router's and the workers' cluster clients themselves; nil unless cluster mode
 	router  *router.Router
 	workers []*worker.Worker
 	client  *client.Client
-	closers []func()
 	slots   int // of each measured worker
 }
 
@@ -164,11 +160,23 @@ const (
 // `slots` slots each, and one more worker hosting only the probe harness (so
 // that its pollers do not hold slots of the measured workers).
 func startFleet(ctx context.Context, srv *servers, workers, slots int) (*fleet, error) {
-	f := &fleet{srv: srv, log: quietLogger(), rt: &rtCounter{}, slots: slots}
+	f := &fleet{srv: srv, rt: &rtCounter{}, slots: slots}
 	if srv.mode == topoCluster {
 		f.issued = &rtCounter{}
 	}
-	if err := f.startRouter(ctx); err != nil {
+	f.fl = assembly.New(assembly.Options{
+		NATSURL:         srv.natsURL,
+		NATSOptions:     []nats.Option{nats.ReconnectWait(250 * time.Millisecond)},
+		Redis:           srv.fleetRedis(),
+		InstrumentRedis: instrument(f.rt, f.issued),
+		Logger:          quietLogger(),
+		// The bench's redis-server is its own and fresh: no lease of an
+		// earlier epoch can exist, so no quarantine after its "data loss"
+		// (which would hold every first claim for one lease TTL).
+		Workers: assembly.WorkerTuning{FreshRedis: true},
+	})
+	var err error
+	if f.router, err = f.fl.StartRouter(ctx, assembly.RouterOptions{}); err != nil {
 		f.close()
 		return nil, err
 	}
@@ -184,12 +192,11 @@ func startFleet(ctx context.Context, srv *servers, workers, slots int) (*fleet, 
 	}
 	// The client's inbox (its one events subscription) is under
 	// clientInbox, where the throughput audit listens too.
-	nc, err := connectNATS(srv.natsURL, "bench-client", nats.CustomInboxPrefix(clientInbox))
+	nc, err := f.fl.ConnectNATS("bench-client", nats.CustomInboxPrefix(clientInbox))
 	if err != nil {
 		f.close()
 		return nil, err
 	}
-	f.closers = append(f.closers, nc.Close)
 	if f.client, err = client.New(nc); err != nil {
 		f.close()
 		return nil, err
@@ -211,104 +218,27 @@ func probeConfig(id string) *worker.Config {
 	return c
 }
 
-func (f *fleet) startRouter(ctx context.Context) error {
-	nc, err := connectNATS(f.srv.natsURL, "router")
-	if err != nil {
-		return err
-	}
-	f.closers = append(f.closers, nc.Close)
-	rdb, err := f.srv.newFleetRedis(f.rt, f.issued)
-	if err != nil {
-		return err
-	}
-	f.closers = append(f.closers, func() { rdb.Close() })
-	r, err := router.New(router.Params{NATS: nc, Redis: rdb, Logger: f.log.WithField("proc", "router"),
-		Metrics: metrics.NewRouter(prometheus.NewRegistry())})
-	if err != nil {
-		return err
-	}
-	if err := r.Start(ctx); err != nil {
-		return err
-	}
-	f.router = r
-	f.closers = append(f.closers, r.Stop)
-	return nil
-}
-
 func (f *fleet) startWorker(ctx context.Context, cfg *worker.Config) (*worker.Worker, error) {
-	// The bench's redis-server is its own and fresh: no lease of an earlier
-	// epoch can exist, so no quarantine after its "data loss" (which would
-	// hold every first claim for one lease TTL).
-	cfg.NewEpochQuarantineMs = -1
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	nc, err := connectNATS(f.srv.natsURL, cfg.WorkerID)
+	w, err := f.fl.StartWorker(ctx, cfg)
 	if err != nil {
-		return nil, err
-	}
-	rdb, err := f.srv.newFleetRedis(f.rt, f.issued)
-	if err != nil {
-		nc.Close()
-		return nil, err
-	}
-	w, err := worker.New(worker.Params{Config: cfg, NATS: nc, Redis: rdb, Logger: f.log.WithField("proc", cfg.WorkerID),
-		Metrics: metrics.NewWorker(prometheus.NewRegistry())})
-	if err != nil {
-		nc.Close()
-		rdb.Close()
-		return nil, err
-	}
-	if err := w.Start(ctx); err != nil {
-		nc.Close()
-		rdb.Close()
 		return nil, err
 	}
 	f.workers = append(f.workers, w)
-	f.closers = append(f.closers, func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if w.Drain(ctx) != nil {
-			w.Kill()
-		}
-		nc.Close()
-		rdb.Close()
-	})
 	return w, nil
 }
 
 // waitManifests waits until the router sees, for every harness id, at least
 // that many live workers advertising it.
 func (f *fleet) waitManifests(want map[string]int, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		got := map[string]int{}
-		for _, m := range f.router.Manifests() {
-			got[m.ID]++
-		}
-		ok := true
-		for id, n := range want {
-			if got[id] < n {
-				ok = false
-			}
-		}
-		if ok {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the router did not see the workers in the registry within %s (sees %v, want %v)", timeout, got, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return f.fl.WaitHarnesses(context.Background(), want, timeout)
 }
 
-// close stops everything in reverse order of start.
-func (f *fleet) close() {
-	for i := len(f.closers) - 1; i >= 0; i-- {
-		f.closers[i]()
-	}
-	f.closers = nil
-}
+// close stops everything in reverse order of start; a second call does
+// nothing.
+func (f *fleet) close() { f.fl.Close() }
 
 // echoAttempt is an attempt for session that auto selection sends to the
 // scripted "codex" harness, which echoes the prompt (one partial event, one

@@ -3,8 +3,8 @@
 // physical floor").
 //
 // It starts a private redis-server and an embedded NATS server with
-// JetStream, a router and two workers in this process (the wiring of
-// internal/fleettest, without testing.T), drives them with the scripted
+// JetStream, a router and two workers in this process (internal/fleet, the
+// one fleet assembly the tests, chaos and `teamster dev` use too), drives them with the scripted
 // harness's no-op (echo) turn, and measures:
 //
 //   - the floor of this machine: JetStream publish-with-ack, pull-and-ack of

@@ -228,38 +228,57 @@ func (s *servers) redisRoles(byRole map[string]time.Duration, per int64) string 
 	return strings.Join(parts, ", ")
 }
 
-// newFleetRedis is a Redis client of the servers built as cmd/router and
-// cmd/worker build theirs (cmdutil.Common.NewRedis in the servers' mode),
-// with the round-trip counter rt. A cluster client's own hooks see each
-// command and each pipeline once, before it is split by node; its node
-// clients' hooks see what each node is sent. So rt goes on every node
-// client (OnNewNode, before the first command creates any): a pipeline
-// split over three masters is three round trips, sent in parallel, as is
-// each redirected retry; the slot map reload (CLUSTER SLOTS, once a second
-// per client) is a round trip of its own. issued, when set, goes on the
-// cluster client itself: round trips as the callers issue them.
-func (s *servers) newFleetRedis(rt, issued *rtCounter) (redis.UniversalClient, error) {
+// fleetRedis is how the fleet's daemons reach the servers' Redis: as
+// cmd/router and cmd/worker do (cmdutil.Common.NewRedis), in the servers'
+// mode.
+func (s *servers) fleetRedis() cmdutil.Common {
 	mode := s.mode
 	if mode == "" {
 		mode = cmdutil.RedisStandalone
 	}
-	rdb, err := (&cmdutil.Common{RedisURL: s.redisURL(), RedisMode: mode}).NewRedis()
+	return cmdutil.Common{RedisURL: s.redisURL(), RedisMode: mode}
+}
+
+// newFleetRedis is a Redis client of the servers built as cmd/router and
+// cmd/worker build theirs (fleetRedis), with the round-trip counters of
+// instrument.
+func (s *servers) newFleetRedis(rt, issued *rtCounter) (redis.UniversalClient, error) {
+	settings := s.fleetRedis()
+	rdb, err := settings.NewRedis()
 	if err != nil {
 		return nil, err
 	}
-	switch c := rdb.(type) {
-	case *redis.ClusterClient:
-		c.OnNewNode(func(node *redis.Client) { node.AddHook(rt) })
-		if issued != nil {
-			c.AddHook(issued)
-		}
-	case *redis.Client:
-		c.AddHook(rt)
-	default:
+	if err := instrument(rt, issued)(rdb); err != nil {
 		rdb.Close()
-		return nil, fmt.Errorf("cmdutil.NewRedis returned a %T", rdb)
+		return nil, err
 	}
 	return rdb, nil
+}
+
+// instrument puts the round-trip counter rt on a fleet's Redis client. A
+// cluster client's own hooks see each command and each pipeline once,
+// before it is split by node; its node clients' hooks see what each node is
+// sent. So rt goes on every node client (OnNewNode, before the first
+// command creates any): a pipeline split over three masters is three round
+// trips, sent in parallel, as is each redirected retry; the slot map reload
+// (CLUSTER SLOTS, once a second per client) is a round trip of its own.
+// issued, when set, goes on the cluster client itself: round trips as the
+// callers issue them.
+func instrument(rt, issued *rtCounter) func(redis.UniversalClient) error {
+	return func(rdb redis.UniversalClient) error {
+		switch c := rdb.(type) {
+		case *redis.ClusterClient:
+			c.OnNewNode(func(node *redis.Client) { node.AddHook(rt) })
+			if issued != nil {
+				c.AddHook(issued)
+			}
+		case *redis.Client:
+			c.AddHook(rt)
+		default:
+			return fmt.Errorf("cmdutil.NewRedis returned a %T", rdb)
+		}
+		return nil
+	}
 }
 
 // primaries is a description of the topology's primaries now (the

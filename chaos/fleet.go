@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -15,9 +14,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/teamster-fleet/teamster/client"
+	"github.com/teamster-fleet/teamster/internal/cmdutil"
+	// Imported as assembly: this package's own fleet type is the fleet of
+	// processes under test.
+	assembly "github.com/teamster-fleet/teamster/internal/fleet"
 	"github.com/teamster-fleet/teamster/internal/natsproc"
 	"github.com/teamster-fleet/teamster/internal/redisproc"
-	"github.com/teamster-fleet/teamster/worker"
 )
 
 func init() {
@@ -65,41 +67,22 @@ type daemon struct {
 	metrics string
 }
 
-// ready reports whether the daemon's /readyz answers 200.
-func (d *daemon) ready(ctx context.Context) bool {
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.metrics+"/readyz", nil)
-	if err != nil {
-		return false
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
-}
-
-// waitReady waits until the daemon is ready, or fails when it exits first.
+// waitReady waits until the daemon is ready (internal/fleet's readiness
+// wait on its /readyz), or fails when it exits first.
 func (d *daemon) waitReady(ctx context.Context, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		if d.ready(ctx) {
-			return nil
+	err := assembly.Wait(ctx, timeout, 50*time.Millisecond, func(ctx context.Context) (bool, error) {
+		if assembly.Readyz(ctx, d.metrics) == nil {
+			return true, nil
 		}
 		if !d.running() {
-			return fmt.Errorf("%s exited (see %s)", d.name, d.logPath)
+			return false, fmt.Errorf("%s exited (see %s)", d.name, d.logPath)
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready after %s (see %s)", d.name, timeout, d.logPath)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
+		return false, nil
+	})
+	if errors.Is(err, assembly.ErrTimeout) {
+		return fmt.Errorf("%s not ready after %s (see %s)", d.name, timeout, d.logPath)
 	}
+	return err
 }
 
 // fleet is a whole teamster fleet of real processes: a nats-server, a
@@ -222,23 +205,24 @@ func (f *fleet) natsURL() string {
 	return f.nats.URL()
 }
 
-// redisArgs are the daemons' Redis flags for the fleet's topology.
-func (f *fleet) redisArgs() []string {
+// daemons is how the daemons reach the fleet, as internal/fleet's Options
+// describe an in-process fleet: NATS (the server, or every node of the
+// cluster), Redis in the fleet's topology, and three stream replicas on a
+// NATS cluster.
+func (f *fleet) daemons() assembly.Options {
+	o := assembly.Options{NATSURL: f.natsURL()}
 	switch {
 	case f.sentinel != nil:
-		return []string{"--redis-mode", "sentinel", "--redis-url", f.sentinel.URL()}
+		o.Redis = cmdutil.Common{RedisMode: cmdutil.RedisSentinel, RedisURL: f.sentinel.URL()}
 	case f.cluster != nil:
-		return []string{"--redis-mode", "cluster", "--redis-url", f.cluster.URL()}
+		o.Redis = cmdutil.Common{RedisMode: cmdutil.RedisCluster, RedisURL: f.cluster.URL()}
+	default:
+		o.Redis = cmdutil.Common{RedisURL: f.redis.URL()}
 	}
-	return []string{"--redis-url", f.redis.URL()}
-}
-
-// streamArgs are the daemons' JetStream flags: three replicas on a cluster.
-func (f *fleet) streamArgs() []string {
 	if f.natsCluster != nil {
-		return []string{"--stream-replicas", "3"}
+		o.Streams.Replicas = 3
 	}
-	return nil
+	return o
 }
 
 func (f *fleet) newRouter(id string) (*daemon, error) {
@@ -247,20 +231,22 @@ func (f *fleet) newRouter(id string) (*daemon, error) {
 		return nil, err
 	}
 	d := &daemon{id: id, metrics: fmt.Sprintf("127.0.0.1:%d", port)}
-	args := append([]string{"--nats-url", f.natsURL(), "--metrics-addr", d.metrics}, f.redisArgs()...)
-	d.proc = newProc("router "+id, f.p.bins.router(), filepath.Join(f.p.dir, "router-"+id+".log"),
-		append(args, f.streamArgs()...)...)
+	args := append(f.daemons().DaemonArgs(), "--metrics-addr", d.metrics)
+	d.proc = newProc("router "+id, f.p.bins.router(), filepath.Join(f.p.dir, "router-"+id+".log"), args...)
 	return d, nil
 }
 
+// newWorker is a worker process: internal/testworker (cmd/worker with the
+// ledger) with the dev harnesses, the scenario's lease TTL and drain
+// timeout (internal/fleet's WorkerTuning; the quarantine after a Redis data
+// loss stays on, the Redis scenarios check it), recording its runs in the
+// fleet's ledger.
 func (f *fleet) newWorker(id string) (*daemon, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	cfg := worker.DevConfig(id, f.p.slots)
-	cfg.LeaseTTLMs = f.p.leaseTTL.Milliseconds()
-	cfg.DrainTimeoutMs = f.p.drainTimeout.Milliseconds()
+	cfg := assembly.WorkerTuning{LeaseTTL: f.p.leaseTTL, DrainTimeout: f.p.drainTimeout}.DevWorker(id, f.p.slots)
 	b, err := json.Marshal(cfg)
 	if err != nil {
 		return nil, err
@@ -269,18 +255,16 @@ func (f *fleet) newWorker(id string) (*daemon, error) {
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		return nil, err
 	}
-	natsURL, redisArgs := f.natsURL(), f.redisArgs()
+	o := f.daemons()
 	if id == f.p.natsProxyFor {
-		natsURL = "nats://" + f.natsProxy.Addr()
+		o.NATSURL = "nats://" + f.natsProxy.Addr()
 	}
 	if id == f.p.redisProxyFor {
-		redisArgs = []string{"--redis-url", "redis://" + f.redisProxy.Addr() + "/0"}
+		o.Redis = cmdutil.Common{RedisURL: "redis://" + f.redisProxy.Addr() + "/0"}
 	}
 	d := &daemon{id: id, metrics: fmt.Sprintf("127.0.0.1:%d", port)}
-	args := append([]string{"--nats-url", natsURL, "--config", path, "--ledger", f.ledger,
-		"--metrics-addr", d.metrics}, redisArgs...)
-	d.proc = newProc("worker "+id, f.p.bins.worker(), filepath.Join(f.p.dir, "worker-"+id+".log"),
-		append(args, f.streamArgs()...)...)
+	args := append(o.DaemonArgs(), "--config", path, "--ledger", f.ledger, "--metrics-addr", d.metrics)
+	d.proc = newProc("worker "+id, f.p.bins.worker(), filepath.Join(f.p.dir, "worker-"+id+".log"), args...)
 	return d, nil
 }
 

@@ -3,8 +3,9 @@
 // from the module's own nats-server dependency, with JetStream on a file
 // store (or a three-node cluster of them); a redis-server without
 // persistence (or a Sentinel set, or a Redis Cluster, from the same
-// binary); cmd/router; three cmd/worker processes hosting the scripted
-// harness, all recording their runs (start, every step, end) in one ledger
+// binary); cmd/router; three worker processes hosting the scripted
+// harness (internal/testworker: cmd/worker's command with the test hook
+// --ledger), all recording their runs (start, every step, end) in one ledger
 // file — drives load through the client package, injects one fault (kill
 // -9, SIGSTOP, a Redis or NATS restart, a partition through a TCP proxy the
 // suite controls, a rolling drain, a Sentinel or Cluster failover that
@@ -63,7 +64,7 @@ func run() int {
 		list    = flag.Bool("list", false, "list the scenarios and exit")
 		keep    = flag.Bool("keep", false, "keep the work directory (logs, configs, ledgers) even when every scenario passes")
 		dir     = flag.String("dir", "", "work directory (default: a new temporary directory)")
-		binDir  = flag.String("bin", "", "use router, worker and nats-server already built in this directory")
+		binDir  = flag.String("bin", "", "use router, testworker (go build ./internal/testworker) and nats-server already built in this directory")
 		verbose = flag.Bool("v", false, "print progress to stderr")
 		timeout = flag.Duration("timeout", 0, "stop everything after this long (default 40m, 12m with -short)")
 	)
@@ -124,7 +125,7 @@ func run() int {
 	bins := binaries{dir: *binDir}
 	if *binDir == "" {
 		var err error
-		fmt.Fprintln(os.Stderr, "chaos: building cmd/router, cmd/worker and nats-server")
+		fmt.Fprintln(os.Stderr, "chaos: building cmd/router, internal/testworker and nats-server")
 		if bins, err = buildBinaries(ctx, filepath.Join(base, "bin")); err != nil {
 			fmt.Fprintln(os.Stderr, "chaos:", err)
 			return 2

@@ -27,7 +27,7 @@ type binaries struct {
 }
 
 func (b binaries) router() string { return filepath.Join(b.dir, "router") }
-func (b binaries) worker() string { return filepath.Join(b.dir, "worker") }
+func (b binaries) worker() string { return filepath.Join(b.dir, "testworker") }
 func (b binaries) nats() string {
 	if b.natsServer != "" {
 		return b.natsServer
@@ -35,15 +35,17 @@ func (b binaries) nats() string {
 	return filepath.Join(b.dir, "nats-server")
 }
 
-// buildBinaries builds cmd/router and cmd/worker into dir; the nats-server
-// of the module's own go.mod is internal/natsproc's build of it (the one the
-// three-node scenarios run too).
+// buildBinaries builds cmd/router and internal/testworker (cmd/worker with
+// the scripted harness's ledger, which the production worker has no flag
+// for) into dir; the nats-server of the module's own go.mod is
+// internal/natsproc's build of it (the one the three-node scenarios run
+// too).
 func buildBinaries(ctx context.Context, dir string) (binaries, error) {
 	root, err := moduleRoot(ctx)
 	if err != nil {
 		return binaries{}, err
 	}
-	args := []string{"build", "-o", dir + string(os.PathSeparator), "./cmd/router", "./cmd/worker"}
+	args := []string{"build", "-o", dir + string(os.PathSeparator), "./cmd/router", "./internal/testworker"}
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {

@@ -11,17 +11,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-	"github.com/redis/go-redis/v9"
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
 
 	"github.com/teamster-fleet/teamster"
-	"github.com/teamster-fleet/teamster/bus"
 	"github.com/teamster-fleet/teamster/client"
 	"github.com/teamster-fleet/teamster/internal/cmdutil"
+	"github.com/teamster-fleet/teamster/internal/fleet"
 	"github.com/teamster-fleet/teamster/internal/redisproc"
-	"github.com/teamster-fleet/teamster/router"
 	"github.com/teamster-fleet/teamster/selection"
 	"github.com/teamster-fleet/teamster/worker"
 )
@@ -79,18 +76,14 @@ SIGTERM, then drains the workers and stops.`,
 	return cmd
 }
 
-// devFleet is the fleet `teamster dev` runs.
+// devFleet is the fleet `teamster dev` runs: its servers, and the daemons
+// internal/fleet assembles on them.
 type devFleet struct {
 	nats     *server.Server
-	redis    *redisproc.Redis
+	redis    *redisproc.Redis // the redis-server dev started; nil with an external Redis
 	redisURL string
-	redisCfg *cmdutil.Common // how connect reaches Redis
-	router   *router.Router
-	workers  []*worker.Worker
-	conns    []*nats.Conn
-	rdbs     []redis.UniversalClient
+	fleet    *fleet.Fleet
 	tmp      string
-	log      *logrus.Logger
 }
 
 func runDev(ctx context.Context, out io.Writer, common *cmdutil.Common, o devOptions) error {
@@ -117,7 +110,7 @@ func runDev(ctx context.Context, out io.Writer, common *cmdutil.Common, o devOpt
 	}
 	natsURL := f.nats.ClientURL()
 	fmt.Fprintf(out, "teamster dev\n  nats     %s (JetStream)\n  redis    %s\n  router   1\n  workers  %d\n  host     %q with tools clock, echo (attempts with \"hostId\": %q can call them)\n\n",
-		natsURL, f.redisURL, len(f.workers), devHostID, devHostID)
+		natsURL, f.redisURL, len(f.fleet.Workers()), devHostID, devHostID)
 	if o.demo {
 		return playDemo(ctx, out, natsURL)
 	}
@@ -128,7 +121,7 @@ func runDev(ctx context.Context, out io.Writer, common *cmdutil.Common, o devOpt
 }
 
 func startDev(ctx context.Context, log *logrus.Logger, o devOptions) (*devFleet, error) {
-	f := &devFleet{log: log}
+	f := &devFleet{}
 	tmp, err := os.MkdirTemp("", "teamster-dev-")
 	if err != nil {
 		return nil, err
@@ -138,34 +131,47 @@ func startDev(ctx context.Context, log *logrus.Logger, o devOptions) (*devFleet,
 	if store == "" {
 		store = filepath.Join(tmp, "jetstream")
 	}
-	if f.nats, err = bus.StartEmbedded(bus.EmbeddedOptions{Port: o.natsPort, StoreDir: store}); err != nil {
+	if f.nats, err = fleet.StartNATS(o.natsPort, store); err != nil {
 		return f, fmt.Errorf("embedded NATS on port %d: %w (is another server using it? try --nats-port 0)", o.natsPort, err)
 	}
-	f.redisCfg = o.redis
-	if f.redisCfg == nil {
-		if err := os.MkdirAll(filepath.Join(tmp, "redis"), 0o755); err != nil {
+	var redisCfg cmdutil.Common // how the daemons reach Redis
+	if o.redis != nil {
+		redisCfg = *o.redis
+	} else {
+		if f.redis, err = fleet.StartRedis(filepath.Join(tmp, "redis")); err != nil {
 			return f, err
 		}
-		if f.redis, err = redisproc.Start(filepath.Join(tmp, "redis")); err != nil {
-			return f, err
-		}
-		f.redisCfg = &cmdutil.Common{RedisURL: f.redis.URL(), RedisMode: cmdutil.RedisStandalone}
+		redisCfg = fleet.RedisOf(f.redis)
 	}
-	f.redisURL = f.redisCfg.RedisURL
+	f.redisURL = redisCfg.RedisURL
 	var policy *selection.Policy
 	if o.runtimeConfig != "" {
 		if policy, err = selection.LoadPolicy(o.runtimeConfig); err != nil {
 			return f, err
 		}
 	}
-	nc, rdb, err := f.connect("teamster-dev-router")
+	f.fleet = fleet.New(fleet.Options{
+		NATSURL: f.nats.ClientURL(), Redis: redisCfg, NamePrefix: "teamster-dev-", Logger: log,
+		// A redis-server dev started a moment ago: no lease from before can
+		// exist, so no quarantine after its "data loss".
+		Workers:   fleet.WorkerTuning{FreshRedis: f.redis != nil},
+		DrainWait: 30 * time.Second,
+	})
+	if _, err := f.fleet.StartRouter(ctx, fleet.RouterOptions{Policy: policy}); err != nil {
+		return f, err
+	}
+	// The sample host: tools a scripted turn can call back through the
+	// fleet. Started before the workers, so that it stops after they have
+	// drained (a draining turn may still call a tool).
+	hostConn, err := f.fleet.ConnectNATS("host")
 	if err != nil {
 		return f, err
 	}
-	if f.router, err = router.New(router.Params{NATS: nc, Redis: rdb, Policy: policy, Logger: log.WithField("proc", "router")}); err != nil {
+	hc, err := client.New(hostConn)
+	if err != nil {
 		return f, err
 	}
-	if err := f.router.Start(ctx); err != nil {
+	if _, err := hc.ServeHost(devHostID, sampleTools()); err != nil {
 		return f, err
 	}
 	for i := 1; i <= o.workers; i++ {
@@ -178,78 +184,24 @@ func startDev(ctx context.Context, log *logrus.Logger, o devOptions) (*devFleet,
 		} else {
 			cfg = worker.DevConfig(fmt.Sprintf("w%d", i), 64)
 		}
-		if f.redis != nil {
-			// A redis-server dev started a moment ago: no lease from before
-			// can exist, so no quarantine after its "data loss".
-			cfg.NewEpochQuarantineMs = -1
-		}
-		nc, rdb, err := f.connect("teamster-dev-" + cfg.WorkerID)
-		if err != nil {
+		if _, err := f.fleet.StartWorker(ctx, cfg); err != nil {
 			return f, err
 		}
-		w, err := worker.New(worker.Params{Config: cfg, NATS: nc, Redis: rdb, Logger: log.WithField("proc", cfg.WorkerID)})
-		if err != nil {
-			return f, err
-		}
-		if err := w.Start(ctx); err != nil {
-			return f, err
-		}
-		f.workers = append(f.workers, w)
 	}
-	// The sample host: tools a scripted turn can call back through the fleet.
-	hostConn, _, err := f.connect("teamster-dev-host")
-	if err != nil {
-		return f, err
-	}
-	hc, err := client.New(hostConn)
-	if err != nil {
-		return f, err
-	}
-	if _, err := hc.ServeHost(devHostID, sampleTools()); err != nil {
-		return f, err
-	}
-	// Let the router see every worker before anything is submitted.
-	deadline := time.Now().Add(10 * time.Second)
-	for f.router.LiveWorkers() < len(f.workers) && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	// Let the router see every worker before anything is submitted (a
+	// fleet slow to register still starts; submits then wait for it).
+	_ = f.fleet.WaitWorkers(ctx, o.workers, 10*time.Second)
 	return f, nil
 }
 
-func (f *devFleet) connect(name string) (*nats.Conn, redis.UniversalClient, error) {
-	nc, err := nats.Connect(f.nats.ClientURL(), nats.Name(name), nats.MaxReconnects(-1))
-	if err != nil {
-		return nil, nil, err
-	}
-	rdb, err := f.redisCfg.NewRedis()
-	if err != nil {
-		nc.Close()
-		return nil, nil, err
-	}
-	f.conns = append(f.conns, nc)
-	f.rdbs = append(f.rdbs, rdb)
-	return nc, rdb, nil
-}
-
-// stop drains the workers, stops the router, then the servers.
+// stop drains the workers, stops the router and closes every connection
+// (internal/fleet's teardown), then stops the servers.
 func (f *devFleet) stop() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for _, w := range f.workers {
-		_ = w.Drain(ctx)
-	}
-	if f.router != nil {
-		f.router.Stop()
-	}
-	for _, nc := range f.conns {
-		nc.Close()
-	}
-	for _, rdb := range f.rdbs {
-		rdb.Close()
+	if f.fleet != nil {
+		f.fleet.Close()
 	}
 	if f.nats != nil {
-		f.nats.Shutdown()
-		f.nats.WaitForShutdown()
+		fleet.StopNATS(f.nats)
 	}
 	if f.redis != nil {
 		_ = f.redis.Stop()

@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -22,8 +24,9 @@ import (
 	"github.com/teamster-fleet/teamster/worker"
 )
 
-// buildBinaries builds cmd/router, cmd/worker and cmd/teamster once per test
-// binary.
+// buildBinaries builds cmd/router, internal/testworker (cmd/worker with the
+// scripted harness's ledger, a test hook the production worker has no flag
+// for) and cmd/teamster once per test binary.
 var (
 	buildOnce sync.Once
 	binDir    string
@@ -37,7 +40,7 @@ func binaries(t *testing.T) string {
 		if buildErr != nil {
 			return
 		}
-		cmd := exec.Command("go", "build", "-o", binDir+"/", "../../cmd/router", "../../cmd/worker", "../../cmd/teamster")
+		cmd := exec.Command("go", "build", "-o", binDir+"/", "../../cmd/router", "../../internal/testworker", "../../cmd/teamster")
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
@@ -77,7 +80,8 @@ func start(t *testing.T, name string, args ...string) *proc {
 	return p
 }
 
-// The real binaries: cmd/router and two cmd/worker processes against a
+// The real binaries: cmd/router and two worker processes (cmd/worker's
+// command, with the ledger: internal/testworker) against a
 // redis-server process and a NATS server on a local port; attempts submitted
 // with `teamster submit`, results read with `teamster result`; SIGTERM drains
 // a worker and it exits 0.
@@ -98,7 +102,7 @@ func TestProcesses(t *testing.T) {
 		if err := os.WriteFile(path, b, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		workers = append(workers, start(t, "worker", append(common, "--config", path, "--ledger", ledger)...))
+		workers = append(workers, start(t, "testworker", append(common, "--config", path, "--ledger", ledger)...))
 	}
 	_ = router
 	teamsterCLI := func(args ...string) (string, int) {
@@ -211,6 +215,89 @@ func TestProcesses(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			t.Fatalf("worker %d did not exit", i+1)
 		}
+	}
+}
+
+// A second SIGTERM stops a draining worker process without waiting for its
+// runs: the running turn, which would sleep for a minute, is cancelled with
+// drain_timeout and answered, and the process exits 1 long before the drain
+// timeout.
+func TestASecondSignalStopsAWorkerWithoutWaitingForItsRuns(t *testing.T) {
+	redisSrv := testenv.NewRedis(t)
+	natsSrv := testenv.NewNATS(t)
+	dir := t.TempDir()
+	ledger := filepath.Join(dir, "ledger.jsonl")
+	common := []string{"--nats-url", natsSrv.URL(), "--redis-url", redisSrv.URL(), "--log-format", "json"}
+	start(t, "router", common...)
+	cfg := worker.DevConfig("sw1", 4)
+	cfg.DrainTimeoutMs = 120_000
+	path := filepath.Join(dir, "worker.json")
+	b, _ := json.Marshal(cfg)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w := start(t, "testworker", append(common, "--config", path, "--ledger", ledger)...)
+
+	a := fleettest.Attempt("stop-session", fleettest.Script(`{"sleep":60000}`, `{"say":"never"}`))
+	body, _ := json.Marshal(a)
+	attemptPath := filepath.Join(dir, "a.json")
+	if err := os.WriteFile(attemptPath, body, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cli := func(args ...string) (string, int) {
+		cmd := exec.Command(filepath.Join(binaries(t), "teamster"), append(args, "--nats-url", natsSrv.URL())...)
+		out, err := cmd.CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); ok {
+			return string(out), ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return string(out), 0
+	}
+	var id string
+	deadline := time.Now().Add(30 * time.Second)
+	for id == "" {
+		out, code := cli("submit", "-f", attemptPath, "--json")
+		var rep bus.SubmitReply
+		if code == 0 && json.Unmarshal([]byte(firstLine(out)), &rep) == nil && rep.Status == bus.StatusAccepted {
+			id = rep.AttemptID
+		} else if time.Now().After(deadline) {
+			t.Fatalf("submit never accepted (the worker never registered?): exit %d\n%s", code, out)
+		} else {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	// Wait until the turn runs: the scripted harness has recorded its start.
+	for {
+		entries, _ := scripted.ReadLedger(ledger)
+		if slices.ContainsFunc(entries, func(e scripted.Entry) bool { return e.Event == scripted.EventStart }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the turn never started")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_ = w.cmd.Process.Signal(syscall.SIGTERM)
+	time.Sleep(300 * time.Millisecond) // the drain waits for the turn
+	_ = w.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-w.done:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Fatalf("worker exited with %v after a second signal, want exit status 1:\n%s", err, w.out)
+		}
+		w.done <- err
+	case <-time.After(30 * time.Second):
+		t.Fatalf("worker still running 30s after a second signal:\n%s", w.out)
+	}
+	out, code := cli("result", id, "--wait", "30s", "--json")
+	var r bus.Result
+	if err := json.Unmarshal([]byte(firstLine(out)), &r); err != nil {
+		t.Fatalf("result exited %d, output %q: %v", code, out, err)
+	}
+	if r.Status != teamster.StatusCancelled || r.Error == nil || r.Error.Code != teamster.CodeDrainTimeout {
+		t.Fatalf("result of the stopped turn: %+v, want cancelled with drain_timeout", r)
 	}
 }
 

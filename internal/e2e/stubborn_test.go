@@ -42,7 +42,7 @@ func init() {
 }
 
 // A harness that ignores cancellation does not hold the attempt hostage:
-// after its settlement budget the attempt ends with the cause (one result,
+// after its grace (settlementTimeoutMs) the attempt ends with the cause (one result,
 // lease released), and the harness's late return changes nothing.
 func TestHarnessIgnoringCancellationIsLeftBehind(t *testing.T) {
 	f := fleettest.Start(t, fleettest.Options{Workers: 1, WorkerConfig: func(id string, slots int) *worker.Config {

@@ -1,7 +1,10 @@
 // Package fleettest starts a whole fleet in one test process: a private
 // redis-server, a private embedded NATS, one router and workers hosting the
 // scripted harness, each with its own connections so that a test can kill
-// one. Nothing is faked.
+// one. Nothing is faked. The daemons are assembled by internal/fleet, as
+// `teamster dev`, bench and chaos assemble theirs; what is the tests' own
+// here is the servers (internal/testenv: restartable, pausable), the
+// in-memory ledger and the test-sized timings.
 package fleettest
 
 import (
@@ -12,14 +15,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/sirupsen/logrus"
 
 	"github.com/teamster-fleet/teamster/bus"
 	"github.com/teamster-fleet/teamster/client"
 	"github.com/teamster-fleet/teamster/harness/scripted"
-	"github.com/teamster-fleet/teamster/internal/metrics"
+	"github.com/teamster-fleet/teamster/internal/fleet"
 	"github.com/teamster-fleet/teamster/internal/testenv"
 	"github.com/teamster-fleet/teamster/router"
 	"github.com/teamster-fleet/teamster/selection"
@@ -70,6 +72,10 @@ type Fleet struct {
 	// MetricsURL maps "router" and each worker id to its metrics server's
 	// base URL (http://127.0.0.1:port) when Options.Metrics is set.
 	MetricsURL map[string]string
+
+	// fleet is the assembly (internal/fleet) the daemons run in; its
+	// teardown steps are t's cleanups.
+	fleet *fleet.Fleet
 }
 
 // Start starts a fleet for t; everything stops when t ends.
@@ -100,6 +106,17 @@ func Start(t testing.TB, o Options) *Fleet {
 	}
 	f.RDB = redis.NewClient(&redis.Options{Addr: f.Redis.Addr()})
 	t.Cleanup(func() { f.RDB.Close() })
+	f.fleet = fleet.New(fleet.Options{
+		NATSURL:      f.NATS.URL(),
+		NATSOptions:  []nats.Option{nats.ReconnectWait(50 * time.Millisecond)},
+		Redis:        fleet.RedisOf(f.Redis),
+		Logger:       f.Log,
+		Workers:      fleet.WorkerTuning{LeaseTTL: o.LeaseTTL, DrainTimeout: o.DrainTimeout, FreshRedis: !o.Quarantine},
+		ServeMetrics: o.Metrics,
+		DrainWait:    5 * time.Second,
+		Cleanup:      t.Cleanup,
+		Test:         fleet.TestHooks{Ledger: f.Ledger},
+	})
 	f.StartRouter()
 	for i := 0; i < o.Workers; i++ {
 		f.StartWorker(fmt.Sprintf("w%d", i+1))
@@ -117,84 +134,47 @@ func Start(t testing.TB, o Options) *Fleet {
 // Connect opens a NATS connection closed when the test ends.
 func (f *Fleet) Connect(name string) *nats.Conn {
 	f.T.Helper()
-	nc, err := nats.Connect(f.NATS.URL(), nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	nc, err := f.fleet.ConnectNATS(name)
 	if err != nil {
 		f.T.Fatal(err)
 	}
-	f.T.Cleanup(nc.Close)
 	return nc
 }
 
-// StartRouter starts the router (once).
+// StartRouter starts a router (again, after the test stopped it), with its
+// own NATS connection and Redis client.
 func (f *Fleet) StartRouter() {
 	f.T.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: f.Redis.Addr()})
-	f.T.Cleanup(func() { rdb.Close() })
-	reg := prometheus.NewRegistry()
-	r, err := router.New(router.Params{NATS: f.Connect("router"), Redis: rdb, Policy: f.Opts.Policy,
-		Logger: f.Log.WithField("proc", "router"), ReaperInterval: f.Opts.ReaperInterval, Metrics: metrics.NewRouter(reg)})
+	r, err := f.fleet.StartRouter(context.Background(), fleet.RouterOptions{Policy: f.Opts.Policy, ReaperInterval: f.Opts.ReaperInterval})
 	if err != nil {
 		f.T.Fatal(err)
 	}
-	if err := r.Start(context.Background()); err != nil {
-		f.T.Fatal(err)
-	}
-	f.serveMetrics("router", reg, r.Ready)
-	f.T.Cleanup(r.Stop)
+	f.noteMetrics("router")
 	f.Router = r
 }
 
-// StartWorker starts a worker hosting the dev harnesses with its own NATS
-// connection and Redis client.
+// StartWorker starts a worker hosting the dev harnesses (or
+// Options.WorkerConfig's) with its own NATS connection and Redis client.
 func (f *Fleet) StartWorker(id string) *worker.Worker {
 	f.T.Helper()
 	cfg := worker.DevConfig(id, f.Opts.Slots)
 	if f.Opts.WorkerConfig != nil {
 		cfg = f.Opts.WorkerConfig(id, f.Opts.Slots)
 	}
-	cfg.LeaseTTLMs = f.Opts.LeaseTTL.Milliseconds()
-	if !f.Opts.Quarantine {
-		cfg.NewEpochQuarantineMs = -1
-	}
-	cfg.DrainTimeoutMs = f.Opts.DrainTimeout.Milliseconds()
-	nc, err := nats.Connect(f.NATS.URL(), nats.Name(id), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	w, err := f.fleet.StartWorker(context.Background(), cfg)
 	if err != nil {
 		f.T.Fatal(err)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: f.Redis.Addr()})
-	reg := prometheus.NewRegistry()
-	w, err := worker.New(worker.Params{Config: cfg, NATS: nc, Redis: rdb, Logger: f.Log.WithField("proc", id),
-		Env: worker.FactoryEnv{Ledger: f.Ledger}, Metrics: metrics.NewWorker(reg)})
-	if err != nil {
-		f.T.Fatal(err)
-	}
-	f.serveMetrics(id, reg, w.Ready)
-	if err := w.Start(context.Background()); err != nil {
-		f.T.Fatal(err)
-	}
-	f.T.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if w.Drain(ctx) != nil {
-			w.Kill()
-		}
-		nc.Close()
-		rdb.Close()
-	})
+	f.noteMetrics(id)
 	f.Workers = append(f.Workers, w)
 	return w
 }
 
-func (f *Fleet) serveMetrics(name string, reg *prometheus.Registry, ready metrics.ReadyFunc) {
-	if !f.Opts.Metrics {
-		return
+// noteMetrics records the metrics server of name in MetricsURL.
+func (f *Fleet) noteMetrics(name string) {
+	if u := f.fleet.MetricsURL(name); u != "" {
+		f.MetricsURL[name] = u
 	}
-	srv, err := metrics.Serve("127.0.0.1:0", reg, ready)
-	if err != nil {
-		f.T.Fatal(err)
-	}
-	f.T.Cleanup(func() { srv.Close() })
-	f.MetricsURL[name] = "http://" + srv.Addr()
 }
 
 // Worker returns the worker with id, nil when none.
@@ -210,14 +190,9 @@ func (f *Fleet) Worker(id string) *worker.Worker {
 // WaitRegistered waits until the router sees harnesses of n live workers.
 func (f *Fleet) WaitRegistered(n int) {
 	f.T.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if f.Router.LiveWorkers() >= n {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
+	if err := f.fleet.WaitWorkers(context.Background(), n, 10*time.Second); err != nil {
+		f.T.Fatal(err)
 	}
-	f.T.Fatalf("the router did not see %d workers in the registry", n)
 }
 
 // WaitTimeout bounds the waits of Submit, Result and WaitEvent: a liveness
