@@ -11,6 +11,9 @@ import (
 	"github.com/teamster-fleet/teamster/bus"
 )
 
+// Requests to a running turn: steering it with injected input, cancelling
+// it.
+
 // Inject steers a running turn. Address it by SessionKey (the router finds
 // the session's running attempt) or AttemptID. AuthorityKind is "run" for
 // ordinary input or "source-bound" with Source {id, generation}: such input
@@ -35,46 +38,30 @@ func (c *Client) Inject(ctx context.Context, req bus.InjectRequest) (*bus.Inject
 	return &rep, nil
 }
 
-// GrantSource grants source id the given generation (a new grant must be
-// higher than any revoked one).
-func (c *Client) GrantSource(ctx context.Context, id string, generation int64) error {
-	var rep bus.Reply
-	if err := c.request(ctx, bus.SubjectSourceGrant, nil, &bus.SourceGrant{V: bus.Version, ID: id, Generation: generation}, &rep); err != nil {
+// Cancel asks the worker running attemptID to cancel it; the attempt then
+// ends with status cancelled. An attempt that is not running (queued,
+// finished, unknown) is no_active_run.
+func (c *Client) Cancel(ctx context.Context, attemptID, reason string) error {
+	subj, err := bus.RunCancelSubject(attemptID)
+	if err != nil {
 		return err
 	}
-	return rep.Err()
-}
-
-// RevokeSource revokes source id, permanently for every generation up to the
-// current one. Source-bound input of that source in flight is dropped with
-// source_revoked.
-func (c *Client) RevokeSource(ctx context.Context, id string) error {
-	var rep bus.Reply
-	if err := c.request(ctx, bus.SubjectSourceRevoke, nil, &bus.SourceRevoke{V: bus.Version, ID: id}, &rep); err != nil {
-		return err
-	}
-	return rep.Err()
-}
-
-// request sends an envelope to a router subject (with header, when not nil)
-// and decodes the reply. A request whose context has no deadline is bounded
-// at requestTimeout; no router serving the subject is internal.
-func (c *Client) request(ctx context.Context, subject string, header nats.Header, req any, rep bus.Envelope) error {
-	body, err := bus.Encode(req)
+	body, err := bus.Encode(&bus.CancelRequest{V: bus.Version, Reason: reason})
 	if err != nil {
 		return err
 	}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
-	msg, err := c.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: subject, Header: header, Data: body})
+	msg, err := c.nc.RequestWithContext(ctx, subj, body)
 	if errors.Is(err, nats.ErrNoResponders) {
-		return teamster.Errorf(teamster.CodeInternal, "no router is serving %s", subject)
+		return teamster.Errorf(teamster.CodeNoActiveRun, "attempt %s is not running", attemptID)
 	}
 	if err != nil {
-		return err
+		return fmt.Errorf("cancel %s: no answer (the run may have ended as the request arrived, or its worker is unreachable): %w", attemptID, err)
 	}
-	if err := bus.Decode(msg.Data, rep); err != nil {
-		return fmt.Errorf("%s reply: %w", subject, err)
+	var rep bus.Reply
+	if err := bus.Decode(msg.Data, &rep); err != nil {
+		return fmt.Errorf("cancel reply: %w", err)
 	}
-	return nil
+	return rep.Err()
 }

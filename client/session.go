@@ -6,19 +6,7 @@ import (
 	"github.com/teamster-fleet/teamster/bus"
 )
 
-// SubmitAsDelegate submits an attempt as the delegate plugin pluginID (for
-// example a voice transport continuing a locked session) on
-// teamster.submit.delegate.<pluginId>. The delegate's identity is that
-// subject; NATS permissions keep a delegate on its own subject. The attempt
-// must carry the session's exact stored facts (docs/PROTOCOL.md, "Delegated
-// execution"); otherwise the reply is delegation_denied naming the field.
-func (c *Client) SubmitAsDelegate(ctx context.Context, pluginID string, a *bus.Attempt) (*Handle, error) {
-	subj, err := bus.SubmitDelegateSubject(pluginID)
-	if err != nil {
-		return nil, err
-	}
-	return c.submit(ctx, subj, a)
-}
+// Session operations: the owner's changes to a session's record.
 
 // SessionOp runs an owner-only operation (create, patch, reset, delete,
 // archive) on a session's record. It is session_busy while a turn of the
