@@ -1,0 +1,597 @@
+package bus
+
+// This file holds docs/PROTOCOL.md to the code: every subject and name bus
+// builds, every envelope field, exported wire constant, error code (with its
+// result status) and status is on the page, and what its tables list exists.
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"go/types"
+	"maps"
+	"math/bits"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/teamster-fleet/teamster"
+	"github.com/teamster-fleet/teamster/selection"
+)
+
+// protocolDoc is the page under test; TestProtocolDocDetectsDrift runs the
+// checks on mutated copies of it. docName is how messages name it.
+var protocolDoc, docName = "../docs/PROTOCOL.md", "docs/PROTOCOL.md"
+
+func ty[T any]() reflect.Type { return reflect.TypeFor[T]() }
+
+// envelopeSections maps each heading that documents an envelope to the types encoded under it. A
+// nested struct without a section of its own (Tool, RuntimeArtifact, SourceRef, Usage, Candidate,
+// AutoSelection) is in its parent's table as `parent.field` or `parent[].field`.
+var envelopeSections = map[string][]reflect.Type{
+	"The error object": {ty[teamster.Error]()}, "Prepared attempt": {ty[submitBody](), ty[Attempt]()},
+	"Route facts": {ty[selection.Route]()}, "Submit reply": {ty[SubmitReply]()}, "Event": {ty[Event]()},
+	"`claimed` data": {ty[ClaimedData]()}, "`partial` data": {ty[PartialData]()},
+	"`agent` data": {ty[AgentData](), ty[ApprovalData]()}, "`tool` data": {ty[ToolData]()},
+	"`usage` data": {ty[UsageData]()}, "`injection` data": {ty[InjectionData]()}, "Result": {ty[Result]()},
+	"Inject request": {ty[InjectRequest]()}, "Inject reply": {ty[InjectReply]()}, "Source grant": {ty[SourceGrant]()},
+	"Source revoke": {ty[SourceRevoke]()}, "Cancel request": {ty[CancelRequest]()}, "Generic reply": {ty[Reply]()},
+	"Session operation": {ty[sessionOpBody](), ty[SessionOp]()}, "Harness reset": {ty[HarnessReset]()},
+	"`tool` call": {ty[ToolCall]()}, "`tool` reply": {ty[ToolReply]()}, "`toolTerminal` call": {ty[ToolTerminal]()},
+	"`toolTerminal` reply": {ty[ToolTerminalReply]()}, "`userInput` call": {ty[UserInput]()},
+	"`userInput` reply": {ty[UserInputReply]()}, "`usage` call": {ty[UsageReport]()},
+	"Worker control": {ty[WorkerControl]()}, "Worker control reply": {ty[WorkerControlReply]()},
+	"Registry entry": {ty[WorkerEntry]()}, "Manifest": {ty[selection.Manifest]()}, "Selection record": {ty[selection.Record]()},
+}
+
+// notWire names the structs with json tags that never travel, each with the reason. None today.
+var notWire = map[string]string{}
+
+// subjectBuilders calls each exported function of bus that returns a string with placeholder
+// tokens ph-<name>, written back as <name> as the page writes them (enumerated last tokens, see
+// enumTokens, too); nil marks a function that builds nothing the page names.
+var subjectBuilders = map[string]func() (string, error){
+	"AttemptSubject":        func() (string, error) { return AttemptSubject(ph("harnessId")) },
+	"ResultSubject":         func() (string, error) { return ResultSubject(ph("attemptId")) },
+	"ResultMsgID":           func() (string, error) { return ResultMsgID(ph("attemptId")), nil },
+	"SubmitDelegateSubject": func() (string, error) { return SubmitDelegateSubject(ph("pluginId")) },
+	"RunInjectSubject":      func() (string, error) { return RunInjectSubject(ph("attemptId")) },
+	"RunCancelSubject":      func() (string, error) { return RunCancelSubject(ph("attemptId")) },
+	"SessionOpSubject":      func() (string, error) { return SessionOpSubject(SessionCreate) },
+	"HostSubject":           func() (string, error) { return HostSubject(ph("hostId"), ph("attemptId"), HostCallTool) },
+	"HostSubjects":          func() (string, error) { return HostSubjects(ph("hostId")) },
+	"WorkerControlSubject":  func() (string, error) { return WorkerControlSubject(ph("workerId")) },
+	"HarnessResetSubject":   func() (string, error) { return HarnessResetSubject(ph("harnessId")) },
+	"ConsumerName":          func() (string, error) { return ConsumerName(ph("harnessId")), nil },
+	"DelegateFromSubject":   nil, // parses what SubmitDelegateSubject builds
+	"SessionOpFromSubject":  nil, // parses what SessionOpSubject builds
+	"AttemptDigest":         nil, // a digest kept in Redis; it never travels on NATS
+}
+
+var (
+	ph         = func(name string) string { return "ph-" + name }
+	phRE       = regexp.MustCompile(`ph-([A-Za-z]+)`)
+	enumTokens = strings.NewReplacer("."+SessionCreate, ".<op>", "."+HostCallTool, ".<call>")
+)
+
+type constGroup struct{ prefix, heading string }
+
+// constGroups says in which section the page states each exported string constant of bus.
+var constGroups = []constGroup{
+	{"Subject", "Subjects"}, {"Stream", "Subjects"}, {"Bucket", "Subjects"}, {"Queue", "Subjects"},
+	{"Header", "Subjects"}, {"Session", "Subjects"}, {"HostCall", "Subjects"}, {"Event", "Event"},
+	{"Agent", "`agent` data"}, {"Approval", "`agent` data"}, {"Injection", "`injection` data"},
+	{"Class", "Result"}, {"Status", "Statuses"}, {"Authority", "Inject request"},
+	{"Outcome", "`tool` data"}, {"Control", "Worker control"}, {"Worker", "Registry entry"},
+}
+
+type valueText struct{ name, heading, row, text string }
+
+// valueTexts says how the page states each exported non-string constant of bus: text, rendered
+// from the Go value, is in the section's table row `row`, or anywhere in it when row is empty.
+var valueTexts = []valueText{
+	{"Version", "Rules for every envelope", "", fmt.Sprintf("`\"v\": %d`", Version)},
+	{"MaxBody", "Subjects", "", commas(MaxBody) + " bytes"},
+	{"ServerMaxPayload", "Subjects", "", fmt.Sprintf("`max_payload` %d MiB", ServerMaxPayload>>20)},
+	{"DefaultTimeoutMs", "Prepared attempt", "timeoutMs", "default " + commas(DefaultTimeoutMs)},
+	{"MaxTimeoutMs", "Prepared attempt", "timeoutMs", "1 to " + commas(MaxTimeoutMs)},
+	{"DefaultQueueTimeoutMs", "Prepared attempt", "queueTimeoutMs", "default " + commas(DefaultQueueTimeoutMs)},
+	{"MaxTimeoutMs", "Prepared attempt", "queueTimeoutMs", "1 to " + commas(MaxTimeoutMs)},
+	{"DefaultSettlementTimeoutMs", "Prepared attempt", "settlementTimeoutMs", "default " + commas(DefaultSettlementTimeoutMs)},
+	{"MaxSettlementTimeoutMs", "Prepared attempt", "settlementTimeoutMs", "0 to " + commas(MaxSettlementTimeoutMs)},
+	{"MaxGeneration", "Inject request", "source.generation", fmt.Sprintf("1 to 2^%d−1", bits.Len64(MaxGeneration))},
+	{"MaxDebounceMs", "Inject request", "debounceMs", "0 to " + commas(MaxDebounceMs)},
+	{"DuplicateWindow", "Subjects", StreamAttempts, fmt.Sprintf("duplicate window %d min", DuplicateWindow/time.Minute)},
+	{"ResultsMaxAge", "Subjects", StreamResults, fmt.Sprintf("max age %d h", ResultsMaxAge/time.Hour)},
+	{"WorkersTTL", "Subjects", BucketWorkers, fmt.Sprintf("expires %d s", WorkersTTL/time.Second)},
+	{"ConsumerAckWait", "Subjects", "harness_<harnessId>", fmt.Sprintf("ack wait %d s", ConsumerAckWait/time.Second)},
+	{"HeartbeatInterval", "Registry entry", "", fmt.Sprintf("every %d s", HeartbeatInterval/time.Second)},
+}
+
+func commas(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+type (
+	// problems collects what the checks find, each saying what is missing where.
+	problems []string
+	docRow   struct {
+		cells []string
+		line  int
+	}
+	docSection struct {
+		heading string
+		line    int      // of the heading
+		lines   []string // up to the next heading of the same or a higher level
+	}
+	// protoDoc maps each heading of the page to its sections.
+	protoDoc map[string][]*docSection
+	goDecl   struct{ name, value, pos string }
+	// goSource is what the test reads of the source: bus's exported string
+	// constants (with their values), other constants and functions that
+	// return a string; the structs with json tags of bus, selection and the
+	// root package; the root package's string constants by type.
+	goSource struct {
+		strConsts, otherConsts, funcs, tagged []goDecl
+		root                                  map[string][]string // Code, Status, SideEffects
+	}
+)
+
+func (p *problems) add(format string, args ...any) { *p = append(*p, fmt.Sprintf(format, args...)) }
+
+var (
+	headingRE  = regexp.MustCompile(`^(#{1,6})\s+(.*?)\s*$`)
+	codeSpanRE = regexp.MustCompile("`([^`]+)`")
+	spaceRE    = regexp.MustCompile(`\s+`)
+	parenRE    = regexp.MustCompile(`\([^)]*\)`)
+	cellSepRE  = regexp.MustCompile(`\s*\|\s*`)
+)
+
+func parseDoc(path string) (protoDoc, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	lines, d := strings.Split(string(b), "\n"), protoDoc{}
+	var at, level, fenced = []int{}, []int{}, false
+	for i, l := range lines {
+		fenced = fenced != strings.HasPrefix(l, "```")
+		if m := headingRE.FindStringSubmatch(l); m != nil && !fenced {
+			at, level = append(at, i), append(level, len(m[1]))
+		}
+	}
+	for k := range at {
+		end := len(lines)
+		if j := slices.IndexFunc(level[k+1:], func(l int) bool { return l <= level[k] }); j >= 0 {
+			end = at[k+1+j]
+		}
+		h := headingRE.FindStringSubmatch(lines[at[k]])[2]
+		d[h] = append(d[h], &docSection{h, at[k] + 1, lines[at[k]+1 : end]})
+	}
+	return d, nil
+}
+
+func (d protoDoc) section(p *problems, heading string) *docSection {
+	if s := d[heading]; len(s) == 1 {
+		return s[0]
+	}
+	p.add("%s has %d headings %q; the test reads exactly one", docName, len(d[heading]), heading)
+	return nil
+}
+
+func (s *docSection) where() string {
+	return fmt.Sprintf("%s, section %q (line %d)", docName, s.heading, s.line)
+}
+
+func (s *docSection) text() string { return spaceRE.ReplaceAllString(strings.Join(s.lines, " "), " ") }
+
+// tables returns the section's tables, each its header row and then its rows.
+func (s *docSection) tables() (out [][]docRow) {
+	in := false
+	for i, l := range s.lines {
+		if l = strings.TrimSpace(l); !strings.HasPrefix(l, "|") {
+			in = false
+			continue
+		}
+		cells := cellSepRE.Split(strings.Trim(l, "| "), -1)
+		if r := (docRow{cells, s.line + 1 + i}); !in {
+			out, in = append(out, []docRow{r}), true
+		} else if strings.Trim(cells[0], "-: ") != "" { // not the separator row
+			out[len(out)-1] = append(out[len(out)-1], r)
+		}
+	}
+	return out
+}
+
+// table returns the rows of the section's first table whose first column is col.
+func (s *docSection) table(p *problems, col string) []docRow {
+	for _, t := range s.tables() {
+		if t[0].cells[0] == col {
+			return t[1:]
+		}
+	}
+	p.add("%s has no table whose first column is %q", s.where(), col)
+	return nil
+}
+
+func spans(s string) (out []string) {
+	for _, m := range codeSpanRE.FindAllStringSubmatch(s, -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
+func firstSpan(cell string) string { return append(spans(cell), "")[0] }
+
+// subjMatch reports whether the page's code span writes the subject or name
+// v: the same, a `*` token of v written as <token>, or v as a header's value.
+func subjMatch(v, span string) bool {
+	if span == v || strings.HasPrefix(span, v+": ") || strings.HasSuffix(span, ": "+v) {
+		return true
+	}
+	vt, st := strings.Split(v, "."), strings.Split(span, ".")
+	for i := range vt {
+		if len(vt) != len(st) || vt[i] != st[i] && (vt[i] != "*" || !strings.HasPrefix(st[i], "<")) {
+			return false
+		}
+	}
+	return strings.Contains(v, "*")
+}
+
+func anySpan(s *docSection, v string) bool {
+	return slices.ContainsFunc(spans(s.text()), func(sp string) bool { return subjMatch(v, sp) })
+}
+
+func parseGo() (*goSource, error) {
+	src, fset := &goSource{root: map[string][]string{}}, token.NewFileSet()
+	for _, dir := range []string{".", "../selection", ".."} {
+		names, _ := filepath.Glob(filepath.Join(dir, "*.go"))
+		for _, name := range slices.DeleteFunc(names, func(n string) bool { return strings.HasSuffix(n, "_test.go") }) {
+			f, err := parser.ParseFile(fset, name, nil, parser.SkipObjectResolution)
+			if err != nil {
+				return nil, err
+			}
+			for _, decl := range f.Decls {
+				src.collect(fset, f.Name.Name, dir == ".", decl)
+			}
+		}
+	}
+	return src, nil
+}
+
+func (src *goSource) collect(fset *token.FileSet, pkg string, bus bool, decl ast.Decl) {
+	pos := func(n ast.Node) string { return fset.Position(n.Pos()).String() }
+	if fd, ok := decl.(*ast.FuncDecl); ok && bus && fd.Recv == nil && fd.Name.IsExported() {
+		if r := fd.Type.Results; r != nil && len(r.List) <= 2 && types.ExprString(r.List[0].Type) == "string" {
+			src.funcs = append(src.funcs, goDecl{fd.Name.Name, "", pos(fd)})
+		}
+	} else if gd, ok := decl.(*ast.GenDecl); ok {
+		for _, spec := range gd.Specs {
+			if ts, ok := spec.(*ast.TypeSpec); ok {
+				if st, ok := ts.Type.(*ast.StructType); ok && slices.ContainsFunc(st.Fields.List, func(f *ast.Field) bool {
+					return f.Tag != nil && strings.Contains(f.Tag.Value, `json:"`)
+				}) {
+					src.tagged = append(src.tagged, goDecl{pkg + "." + ts.Name.Name, "", pos(ts)})
+				}
+			}
+			vs, ok := spec.(*ast.ValueSpec)
+			for i := 0; ok && gd.Tok == token.CONST && i < len(vs.Names); i++ {
+				v, err := "", strconv.ErrSyntax // a string literal, or not a string constant
+				if i < len(vs.Values) {
+					v, err = strconv.Unquote(types.ExprString(vs.Values[i]))
+				}
+				switch n := vs.Names[i]; {
+				case pkg == "teamster" && err == nil && vs.Type != nil:
+					src.root[types.ExprString(vs.Type)] = append(src.root[types.ExprString(vs.Type)], v)
+				case !bus || !n.IsExported():
+				case err == nil:
+					src.strConsts = append(src.strConsts, goDecl{n.Name, v, pos(n)})
+				default:
+					src.otherConsts = append(src.otherConsts, goDecl{n.Name, "", pos(n)})
+				}
+			}
+		}
+	}
+}
+
+// prefixed returns the values of bus's string constants whose names start
+// with prefix.
+func (src *goSource) prefixed(prefix string) (out []string) {
+	for _, c := range src.strConsts {
+		if strings.HasPrefix(c.name, prefix) {
+			out = append(out, c.value)
+		}
+	}
+	return out
+}
+
+var rawMessage = ty[json.RawMessage]()
+
+// jsonFields appends t's JSON field names as encoding/json and go-json-experiment's v1 (which bus
+// encodes with) write them, nested structs without a section as parent.field or parent[].field,
+// and marks every struct it meets in seen.
+func jsonFields(t reflect.Type, prefix string, own map[reflect.Type]bool, seen map[string]bool, out *[]string) {
+	seen[t.String()] = true
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		ft, sep := f.Type, "."
+		for ft != rawMessage && (ft.Kind() == reflect.Pointer || ft.Kind() == reflect.Slice || ft.Kind() == reflect.Array) {
+			if ft.Kind() != reflect.Pointer {
+				sep = "[]."
+			}
+			ft = ft.Elem()
+		}
+		embedded := f.Anonymous && name == "" && ft.Kind() == reflect.Struct
+		if f.Tag.Get("json") == "-" || !embedded && !f.IsExported() {
+			continue
+		} else if name == "" {
+			name = f.Name
+		}
+		if embedded {
+			jsonFields(ft, prefix, own, seen, out)
+		} else if *out = append(*out, prefix+name); ft.Kind() == reflect.Struct && !own[ft] {
+			jsonFields(ft, prefix+name+sep, own, seen, out)
+		}
+	}
+}
+
+func checkSubjects(p *problems, d protoDoc, src *goSource) {
+	s := d.section(p, "Subjects")
+	if s == nil {
+		return
+	}
+	known := []string{"<replyTo>"} // the submitter's
+	for _, name := range slices.Sorted(maps.Keys(subjectBuilders)) {
+		if subjectBuilders[name] == nil {
+			continue
+		}
+		got, err := subjectBuilders[name]()
+		if err != nil {
+			p.add("bus.%s with placeholder tokens: %v", name, err)
+			continue
+		}
+		pat := enumTokens.Replace(phRE.ReplaceAllString(got, "<$1>"))
+		if known = append(known, pat); !anySpan(s, pat) {
+			p.add("%s: `%s` (built by bus.%s) is missing", s.where(), pat, name)
+		}
+	}
+	for _, f := range src.funcs {
+		if _, ok := subjectBuilders[f.name]; !ok {
+			p.add("bus.%s (%s) returns a string but is not in subjectBuilders of protocol_doc_test.go", f.name, f.pos)
+		}
+	}
+	known = slices.Concat(known, src.prefixed("Subject"), src.prefixed("Stream"), src.prefixed("Bucket"))
+	for _, r := range append(s.table(p, "subject"), s.table(p, "name")...) {
+		for _, sp := range spans(r.cells[0]) {
+			if !slices.ContainsFunc(known, func(k string) bool { return subjMatch(k, sp) }) {
+				p.add("%s line %d lists `%s`, which bus neither builds nor declares", docName, r.line, sp)
+			}
+		}
+	}
+}
+
+func checkEnvelopes(p *problems, d protoDoc, src *goSource) {
+	own, seen := map[reflect.Type]bool{}, map[string]bool{}
+	for _, ts := range envelopeSections {
+		for _, t := range ts {
+			own[t] = true
+		}
+	}
+	for _, heading := range slices.Sorted(maps.Keys(envelopeSections)) {
+		owner, names, want := map[string]string{}, []string{}, []string{}
+		for _, t := range envelopeSections[heading] {
+			names = append(names, t.String())
+			var fs []string
+			jsonFields(t, "", own, seen, &fs)
+			for _, f := range fs {
+				if owner[f] == "" {
+					owner[f], want = t.String(), append(want, f)
+				}
+			}
+		}
+		s := d.section(p, heading)
+		if s == nil {
+			continue
+		}
+		rows, listed := s.table(p, "field"), map[string]bool{}
+		for _, r := range rows {
+			if f := firstSpan(r.cells[0]); owner[f] == "" {
+				p.add("%s line %d lists field `%s`, which %s does not have", docName, r.line, f, strings.Join(names, " or "))
+			}
+			listed[firstSpan(r.cells[0])] = true
+		}
+		for _, f := range want {
+			if !listed[f] && rows != nil {
+				p.add("%s: field `%s` of %s is missing from the field table", s.where(), f, owner[f])
+			}
+		}
+	}
+	for _, g := range src.tagged {
+		if !seen[g.name] && notWire[g.name] == "" {
+			p.add("%s (%s) has json tags but no %s section: map it in envelopeSections of protocol_doc_test.go, or give notWire the reason it never travels", g.name, g.pos, docName)
+		}
+	}
+}
+
+func checkConstants(p *problems, d protoDoc, src *goSource) {
+	for _, c := range src.strConsts {
+		if i := slices.IndexFunc(constGroups, func(g constGroup) bool { return strings.HasPrefix(c.name, g.prefix) }); i < 0 {
+			p.add("bus.%s (%s) = %q is in no group of constGroups in protocol_doc_test.go: say where %s states it", c.name, c.pos, c.value, docName)
+		} else if s := d.section(p, constGroups[i].heading); s != nil && !anySpan(s, c.value) {
+			p.add("%s: `%s` (bus.%s) is missing", s.where(), c.value, c.name)
+		}
+	}
+	for _, c := range src.otherConsts {
+		if !slices.ContainsFunc(valueTexts, func(v valueText) bool { return v.name == c.name }) {
+			p.add("bus.%s (%s) is in no entry of valueTexts in protocol_doc_test.go: say where %s states it", c.name, c.pos, docName)
+		}
+	}
+	for _, v := range valueTexts {
+		s := d.section(p, v.heading)
+		if s == nil {
+			continue
+		}
+		text, where := s.text(), s.where()
+		if v.row != "" {
+			text, where = "", where+", row `"+v.row+"`"
+			for _, t := range s.tables() {
+				for _, r := range t[1:] {
+					if firstSpan(r.cells[0]) == v.row {
+						text += strings.Join(r.cells, " | ")
+					}
+				}
+			}
+		}
+		if !strings.Contains(text, v.text) {
+			p.add("%s: %q (bus.%s) is missing", where, v.text, v.name)
+		}
+	}
+}
+
+func checkErrorCodes(p *problems, d protoDoc, src *goSource) {
+	codes := src.root["Code"]
+	s := d.section(p, "Error codes")
+	if s == nil || len(codes) == 0 {
+		p.add("found %d teamster.Code constants in ../errors.go", len(codes))
+		return
+	}
+	rows := map[string]docRow{}
+	for _, r := range s.table(p, "code") {
+		c := firstSpan(r.cells[0])
+		if rows[c] = r; !slices.Contains(codes, c) || !teamster.Code(c).Valid() {
+			p.add("%s line %d lists code `%s`, which is not a teamster.Code", docName, r.line, c)
+		}
+	}
+	for _, c := range codes {
+		want := string(teamster.Code(c).ResultStatus())
+		if r, ok := rows[c]; !ok {
+			p.add("%s: code `%s` (result status `%s`) is missing from the table", s.where(), c, want)
+		} else if got := firstSpan(strings.Join(r.cells[1:min(2, len(r.cells))], "")); got != want {
+			p.add("%s line %d: code `%s` says result status `%s`, but Code.ResultStatus() is `%s`", docName, r.line, c, got, want)
+		}
+	}
+}
+
+func checkStatuses(p *problems, d protoDoc, src *goSource) {
+	rows := map[string][]string{
+		"result `status`":         src.root["Status"],
+		"submit reply `status`":   {StatusAccepted, StatusFallback, StatusRejected},
+		"inject reply `status`":   {StatusAccepted, StatusRejected},
+		"other replies' `status`": {StatusOK, StatusRejected, StatusAccepted},
+		"attempt record `state`":  nil, // leases' attempt records, not bus's
+		"worker `state`":          src.prefixed("Worker"),
+		"injection event `state`": src.prefixed("Injection"),
+		"result `classification`": src.prefixed("Class"),
+		"tool `outcome`":          src.prefixed("Outcome"),
+		"`authorityKind`":         src.prefixed("Authority"),
+		"error `sideEffects`":     src.root["SideEffects"],
+	}
+	s := d.section(p, "Statuses")
+	if s == nil {
+		return
+	}
+	seen := map[string]bool{}
+	for _, r := range s.table(p, "where") {
+		want, ok := rows[r.cells[0]]
+		if seen[r.cells[0]] = true; !ok {
+			p.add("%s line %d: row %q is unknown to checkStatuses in protocol_doc_test.go", docName, r.line, r.cells[0])
+		}
+		if want == nil || len(r.cells) < 2 {
+			continue
+		}
+		for _, v := range want {
+			if !slices.Contains(spans(r.cells[1]), v) {
+				p.add("%s line %d: row %q misses `%s`", docName, r.line, r.cells[0], v)
+			}
+		}
+		for _, v := range spans(parenRE.ReplaceAllString(r.cells[1], "")) { // asides may name other things
+			if !slices.Contains(want, v) {
+				p.add("%s line %d: row %q lists `%s`, which the code does not have there (it has %s)", docName, r.line, r.cells[0], v, strings.Join(want, ", "))
+			}
+		}
+	}
+	for _, row := range slices.Sorted(maps.Keys(rows)) {
+		if !seen[row] {
+			p.add("%s: the table has no row %q", s.where(), row)
+		}
+	}
+}
+
+// checkProtocol runs every check on the page at path and reports what each found.
+func checkProtocol(path string, report func(check string, p problems)) error {
+	d, err := parseDoc(path)
+	src, err2 := parseGo()
+	if err = errors.Join(err, err2); err != nil {
+		return err
+	}
+	for _, c := range []struct {
+		name string
+		run  func(*problems, protoDoc, *goSource)
+	}{{"Subjects", checkSubjects}, {"Envelopes", checkEnvelopes}, {"Constants", checkConstants}, {"ErrorCodes", checkErrorCodes}, {"Statuses", checkStatuses}} {
+		var p problems
+		c.run(&p, d, src)
+		report(c.name, p)
+	}
+	return nil
+}
+
+func TestProtocolDoc(t *testing.T) {
+	if err := checkProtocol(protocolDoc, func(check string, p problems) {
+		t.Run(check, func(t *testing.T) {
+			for _, msg := range p {
+				t.Error(msg)
+			}
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestProtocolDocDetectsDrift shows that the checks fail: each case changes
+// a copy of the page as drift would, and the checks must say what it broke.
+func TestProtocolDocDetectsDrift(t *testing.T) {
+	b, err := os.ReadFile(protocolDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range [][3]string{ // old, new, what the checks must say
+		{"| `fence` | string | required | `<epoch>:<n>` | the lease's fence |\n", "", "field `fence` of bus.ClaimedData is missing from the field table"},
+		{"| `preparedAuth.source` |", "| `preparedAuth.issuer` |", "lists field `preparedAuth.issuer`, which selection.Route does not have"},
+		{"| `queue_timeout` | `timeout` |", "| `queue_timeout` | `error` |", "code `queue_timeout` says result status `error`, but Code.ResultStatus() is `timeout`"},
+		{"| `owner_only` |", "| `owner_forbidden` |", "code `owner_forbidden`, which is not a teamster.Code"},
+		{"`teamster.run.<attemptId>.cancel`", "`teamster.run.<attemptId>.stop`", "`teamster.run.<attemptId>.cancel` (built by bus.RunCancelSubject) is missing"},
+		{"`accepted`, `committed`, `cancelled` or `rejected`", "`accepted`, `cancelled` or `rejected`", "`committed` (bus.InjectionCommitted) is missing"},
+		{"| result `status` | `ok`, `error`, `cancelled`, `timeout` |", "| result `status` | `ok`, `error`, `timeout` |", "row \"result `status`\" misses `cancelled`"},
+		{"ack wait 5 s", "ack wait 30 s", "\"ack wait 5 s\" (bus.ConsumerAckWait) is missing"},
+	} {
+		if !strings.Contains(string(b), c[0]) {
+			t.Fatalf("%s no longer contains %q: update this case", docName, c[0])
+		}
+		path, all := filepath.Join(t.TempDir(), "PROTOCOL.md"), problems{}
+		if err := os.WriteFile(path, []byte(strings.Replace(string(b), c[0], c[1], 1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := checkProtocol(path, func(_ string, p problems) { all = append(all, p...) }); err != nil {
+			t.Fatal(err)
+		}
+		if i := slices.IndexFunc(all, func(m string) bool { return strings.Contains(m, c[2]) }); i < 0 {
+			t.Errorf("replacing %q by %q: the checks did not report %q; they reported:\n%s", c[0], c[1], c[2], strings.Join(all, "\n"))
+		} else {
+			t.Logf("replacing %q by %q is reported: %s", c[0], c[1], all[i])
+		}
+	}
+}
