@@ -4,7 +4,8 @@
 #               workers) playing a scenario end to end
 #   make test   the full test suite (real redis-server, embedded NATS)
 #
-# Both install what they need first (make deps).
+# Both install what they need first (make deps-core for the demo, make deps
+# for the tests).
 
 GO        ?= go
 BIN       ?= bin
@@ -12,14 +13,13 @@ BIN       ?= bin
 RACE_PKGS ?= ./...
 GOTESTFLAGS ?=
 
-.PHONY: all deps build test test-short lint fmt vet demo bench chaos fuzz clean
+.PHONY: all deps deps-core build test test-short lint fmt vet demo bench chaos fuzz clean
 
 all: build
 
-## deps: install redis-server (apt-get, when missing), download Go modules,
-## and install, into .tools/: the pinned Codex CLI (npm) for the codex harness,
-## Node.js 24 and the pinned openclaw for the OpenClaw plugin's tests.
-deps:
+## deps-core: install redis-server (apt-get, when missing) and download the Go
+## modules: all that demo, chaos and bench need.
+deps-core:
 	@if ! command -v redis-server >/dev/null 2>&1; then \
 		echo "deps: redis-server not found; installing it with apt-get"; \
 		if [ "$$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi; \
@@ -27,13 +27,19 @@ deps:
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends redis-server >/dev/null; \
 	fi
 	@redis-server --version
+	@$(GO) mod download
+
+## deps: deps-core, then what only the full test suite needs, into .tools/:
+## the pinned Codex CLI (npm) for the codex harness's tests, Node.js 24 and
+## the pinned openclaw for the OpenClaw plugin's tests (npm and nodejs with
+## apt-get when npm is missing).
+deps: deps-core
 	@if ! command -v npm >/dev/null 2>&1; then \
 		echo "deps: npm not found; installing nodejs and npm with apt-get"; \
 		if [ "$$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi; \
 		$$SUDO apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null; \
 	fi
-	@$(GO) mod download
 	@sh harness/codex/install.sh
 	@integrations/openclaw/scripts/deps.sh
 
@@ -62,19 +68,19 @@ test: deps lint
 ## table. make test runs its CI-sized subset (-short). CHAOSFLAGS passes flags
 ## (-help).
 CHAOSFLAGS ?=
-chaos: deps
+chaos: deps-core
 	$(GO) run ./chaos $(CHAOSFLAGS)
 
 ## demo: run a whole local fleet (embedded NATS on a free port, a redis-server
 ## it starts, one router, two workers) and play a scenario end to end.
-demo: deps build
+demo: deps-core build
 	./$(BIN)/teamster dev --demo --nats-port 0
 
 ## bench: teamster against the physical floor of its own hops (a table on
 ## stdout and bench/results.json), then the hot-function benchmarks with
 ## allocation counts. BENCHFLAGS passes flags to the bench program (-help).
 BENCHFLAGS ?=
-bench: deps
+bench: deps-core
 	$(GO) run ./bench -out bench/results.json $(BENCHFLAGS)
 	$(GO) test -run '^$$' -bench . -benchmem ./bus ./leases ./selection
 
