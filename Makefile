@@ -9,6 +9,8 @@
 
 GO        ?= go
 BIN       ?= bin
+# The version the binaries report (--version, the registry, teamster_build_info).
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 # Packages whose tests run under the race detector: everything with goroutines.
 RACE_PKGS ?= ./...
 GOTESTFLAGS ?=
@@ -46,7 +48,7 @@ deps: deps-core
 ## build: build the binaries into ./bin.
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -ldflags "-X github.com/teamster-fleet/teamster/internal/cmdutil.version=$(VERSION)" -o $(BIN)/ ./cmd/...
 
 ## lint: gofmt and go vet must be clean.
 lint:

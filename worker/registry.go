@@ -82,7 +82,7 @@ func (r *registry) entry() bus.WorkerEntry {
 	}
 	return bus.WorkerEntry{
 		V: bus.Version, WorkerID: w.id, State: w.state().String(), Harnesses: ms, Slots: w.cfg.Slots,
-		InFlight: w.InFlight(), HeartbeatMs: time.Now().UnixMilli(), StartedMs: w.started.UnixMilli(),
+		InFlight: w.InFlight(), HeartbeatMs: time.Now().UnixMilli(), StartedMs: w.started.UnixMilli(), Version: w.version,
 	}
 }
 

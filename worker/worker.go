@@ -57,6 +57,9 @@ type Params struct {
 	// stay in Redis; 0 is leases.FinishedTTL. Give routers and workers the
 	// same value.
 	AttemptRetention time.Duration
+	// Version is the worker's build version, advertised in its registry
+	// entry; empty leaves it out.
+	Version string
 }
 
 // hosted is one harness the worker hosts, with its consumer.
@@ -85,6 +88,7 @@ type Worker struct {
 	harnesses map[string]*hosted
 	registry  *registry
 	started   time.Time
+	version   string
 
 	life    lifecycle
 	fetch   fetcher
@@ -131,7 +135,7 @@ func New(p Params) (*Worker, error) {
 	if p.Metrics == nil {
 		p.Metrics = metrics.NewWorker(nil)
 	}
-	w := &Worker{m: p.Metrics, streams: p.Streams,
+	w := &Worker{m: p.Metrics, streams: p.Streams, version: p.Version,
 		cfg: p.Config, id: p.Config.WorkerID, nc: p.NATS, js: js, rdb: p.Redis,
 		store: leases.NewStore(p.Redis, leases.WithRetention(p.AttemptRetention)), log: log, debug: logging.DebugEnabled(log),
 		harnesses: map[string]*hosted{},

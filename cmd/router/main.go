@@ -28,8 +28,9 @@ func main() {
 		retention     func() (time.Duration, error)
 	)
 	cmd := &cobra.Command{
-		Use:   "router",
-		Short: "Route prepared attempts to the fleet's workers",
+		Use:     "router",
+		Short:   "Route prepared attempts to the fleet's workers",
+		Version: cmdutil.VersionLine(),
 		Long: `router serves teamster.submit: it validates each prepared attempt, chooses its
 harness with OpenClaw's selection policy (--runtime-config, in OpenClaw's own
 JSON shape; without it every provider is "auto"), records the attempt in Redis

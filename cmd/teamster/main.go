@@ -32,6 +32,7 @@ Redis session leases and run them; events and one result flow back.
 
 Settings come from flags or the environment: TEAMSTER_NATS_URL,
 TEAMSTER_REDIS_URL, TEAMSTER_LOG_LEVEL, TEAMSTER_LOG_FORMAT.`,
+		Version:       cmdutil.VersionLine(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -49,6 +50,14 @@ TEAMSTER_REDIS_URL, TEAMSTER_LOG_LEVEL, TEAMSTER_LOG_FORMAT.`,
 		injectCmd(&common),
 		grantSourceCmd(&common),
 		revokeSourceCmd(&common),
+		&cobra.Command{
+			Use:   "version",
+			Short: "Print teamster's version and the Go version it was built with",
+			Args:  cobra.NoArgs,
+			Run: func(cmd *cobra.Command, _ []string) {
+				fmt.Fprintln(cmd.OutOrStdout(), "teamster version "+cmdutil.VersionLine())
+			},
+		},
 	)
 	if err := root.Execute(); err != nil {
 		code := 1

@@ -349,10 +349,10 @@ func Signals() <-chan os.Signal {
 }
 
 // Registry returns a Prometheus registry with the Go runtime and process
-// collectors, for a daemon's own metrics.
+// collectors and teamster_build_info, for a daemon's own metrics.
 func Registry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
 	return reg
 }
 

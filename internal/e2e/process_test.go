@@ -199,6 +199,39 @@ func TestProcesses(t *testing.T) {
 	if out, code := teamsterCLI("status", "--redis-url", redisSrv.URL()); code != 0 || !strings.Contains(out, "pw1") || !strings.Contains(out, "pw2") || !strings.Contains(out, "active") {
 		t.Fatalf("status exited %d:\n%s", code, out)
 	}
+	// Every binary says its version, and each worker's registry entry (and
+	// so `teamster status`) carries the version the worker says.
+	versionOf := func(name string) string {
+		out, err := exec.Command(filepath.Join(binaries(t), name), "--version").CombinedOutput()
+		fields := strings.Fields(string(out))
+		if err != nil || len(fields) != 4 || fields[1] != "version" || fields[2] == "" {
+			t.Fatalf("%s --version: %v\n%s", name, err, out)
+		}
+		return fields[2]
+	}
+	workerVersion := versionOf("testworker")
+	for _, name := range []string{"router", "teamster"} {
+		if v := versionOf(name); v != workerVersion {
+			t.Fatalf("%s --version says %s, the worker %s: one build", name, v, workerVersion)
+		}
+	}
+	if out, code := teamsterCLI("version"); code != 0 || !strings.HasPrefix(out, "teamster version "+workerVersion+" (go") {
+		t.Fatalf("teamster version exited %d:\n%s", code, out)
+	}
+	out, code = teamsterCLI("status", "--redis-url", redisSrv.URL(), "--json")
+	var st struct {
+		Workers []struct {
+			WorkerID, Version string
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil || code != 0 || len(st.Workers) != 2 {
+		t.Fatalf("status --json exited %d (%v):\n%s", code, err, out)
+	}
+	for _, w := range st.Workers {
+		if w.Version != workerVersion {
+			t.Fatalf("worker %s registers version %q, want %q", w.WorkerID, w.Version, workerVersion)
+		}
+	}
 	// `teamster drain --wait` drains worker 1 through its control subject;
 	// SIGTERM drains worker 2. Both processes exit 0.
 	if out, code := teamsterCLI("drain", "pw1", "--wait"); code != 0 || !strings.Contains(out, "stopped") {

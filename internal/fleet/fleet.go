@@ -246,7 +246,8 @@ func (f *Fleet) StartWorker(ctx context.Context, cfg *worker.Config) (*worker.Wo
 	}
 	reg := prometheus.NewRegistry()
 	w, err := worker.New(worker.Params{Config: cfg, NATS: nc, Redis: rdb, Logger: f.log.WithField("proc", cfg.WorkerID),
-		Env: worker.FactoryEnv{Ledger: f.opts.Test.Ledger}, Metrics: metrics.NewWorker(reg), Streams: f.opts.Streams})
+		Env: worker.FactoryEnv{Ledger: f.opts.Test.Ledger}, Metrics: metrics.NewWorker(reg), Streams: f.opts.Streams,
+		Version: cmdutil.Version()})
 	if err != nil {
 		closeConns()
 		return nil, err

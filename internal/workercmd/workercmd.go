@@ -48,8 +48,9 @@ func Command(hooks TestHooks) *cobra.Command {
 		retention   func() (time.Duration, error)
 	)
 	cmd := &cobra.Command{
-		Use:   "worker",
-		Short: "Run attempts of the harnesses this worker hosts",
+		Use:     "worker",
+		Short:   "Run attempts of the harnesses this worker hosts",
+		Version: cmdutil.VersionLine(),
 		Long: `worker hosts the harnesses listed in its config file (--config; see the README
 for the format), fetches attempts for them from JetStream only when it has a
 free slot, claims each under a Redis session lease (one turn per session at a
@@ -98,7 +99,7 @@ signal exits at once with 1, leaving its leases to expire.`,
 			defer rdb.Close()
 			reg := cmdutil.Registry()
 			w, err := worker.New(worker.Params{Config: cfg, NATS: nc, Redis: rdb, Logger: log, Env: env, Metrics: metrics.NewWorker(reg),
-				Streams: bus.StreamOptions{Replicas: replicas}, AttemptRetention: keep})
+				Streams: bus.StreamOptions{Replicas: replicas}, AttemptRetention: keep, Version: cmdutil.Version()})
 			if err != nil {
 				return err
 			}
