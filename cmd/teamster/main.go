@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -70,4 +71,20 @@ TEAMSTER_REDIS_URL, TEAMSTER_LOG_LEVEL, TEAMSTER_LOG_FORMAT.`,
 		}
 		os.Exit(code)
 	}
+}
+
+// requireSubcommand is the RunE of a command that only groups subcommands:
+// without one, or with an unknown one, it fails (exit 1) instead of printing
+// the help and exiting 0.
+func requireSubcommand(cmd *cobra.Command, args []string) error {
+	names := make([]string, 0, len(cmd.Commands()))
+	for _, c := range cmd.Commands() {
+		if c.IsAvailableCommand() {
+			names = append(names, c.Name())
+		}
+	}
+	if len(args) == 0 {
+		return fmt.Errorf("%s needs a subcommand: %s (see --help)", cmd.CommandPath(), strings.Join(names, ", "))
+	}
+	return fmt.Errorf("unknown command %q for %s: the subcommands are %s (see --help)", args[0], cmd.CommandPath(), strings.Join(names, ", "))
 }

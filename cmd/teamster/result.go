@@ -29,14 +29,24 @@ Exit codes: 0 an ok result; 1 no result (or an error); 2 a result that is not ok
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var res *bus.Result
-			err := withClient(common, max(wait, 10*time.Second), func(ctx context.Context, c *client.Client) error {
+			// The first read has the CLI's own budget; --wait bounds the
+			// waiting after it, and nothing else does.
+			err := withClient(common, cliTimeout+wait, func(ctx context.Context, c *client.Client) error {
 				var err error
 				res, err = c.Result(ctx, args[0])
 				if errors.Is(err, client.ErrNoResult) && wait > 0 {
-					res, err = c.WaitResult(ctx, args[0])
+					wctx, cancel := context.WithTimeout(ctx, wait)
+					defer cancel()
+					res, err = c.WaitResult(wctx, args[0])
+					if err != nil && wctx.Err() != nil && ctx.Err() == nil {
+						err = errNoResultYet
+					}
 				}
 				return err
 			})
+			if errors.Is(err, errNoResultYet) {
+				return &exitError{1, fmt.Errorf("no result for %s within %s (still queued or running, or unknown)", args[0], wait)}
+			}
 			if errors.Is(err, client.ErrNoResult) {
 				return &exitError{1, fmt.Errorf("no result for %s (not finished, unknown, or older than 24 hours)", args[0])}
 			}
@@ -56,6 +66,9 @@ Exit codes: 0 an ok result; 1 no result (or an error); 2 a result that is not ok
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return cmd
 }
+
+// errNoResultYet: --wait ran out before the attempt had a result.
+var errNoResultYet = errors.New("no result yet")
 
 func cancelCmd(common *cmdutil.Common) *cobra.Command {
 	var reason string

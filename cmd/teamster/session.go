@@ -25,6 +25,8 @@ func sessionCmd(common *cmdutil.Common) *cobra.Command {
 
 Every operation is refused with session_busy while a turn of the session runs.
 Delegates can never run them (owner_only).`,
+		Args: cobra.ArbitraryArgs,
+		RunE: requireSubcommand,
 	}
 	for _, op := range []string{"reset", "delete", "archive"} {
 		var sessionID string

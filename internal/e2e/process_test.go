@@ -232,6 +232,16 @@ func TestProcesses(t *testing.T) {
 			t.Fatalf("worker %s registers version %q, want %q", w.WorkerID, w.Version, workerVersion)
 		}
 	}
+	// `result --wait D` waits D, not the CLI's own budget, and says that
+	// no result came; an unknown subcommand fails instead of printing help.
+	began := time.Now()
+	out, code = teamsterCLI("result", "01M8ZZZZZZZZZZZZZZZZZZZZZZ", "--wait", "1s")
+	if took := time.Since(began); code != 1 || !strings.Contains(out, "no result for 01M8ZZZZZZZZZZZZZZZZZZZZZZ within 1s") || took > 8*time.Second {
+		t.Fatalf("result --wait 1s of an unknown attempt exited %d after %s:\n%s", code, took, out)
+	}
+	if out, code := teamsterCLI("session", "show", "agent:main:x"); code != 1 || !strings.Contains(out, `unknown command "show"`) {
+		t.Fatalf("session show exited %d:\n%s", code, out)
+	}
 	// `teamster drain --wait` drains worker 1 through its control subject;
 	// SIGTERM drains worker 2. Both processes exit 0.
 	if out, code := teamsterCLI("drain", "pw1", "--wait"); code != 0 || !strings.Contains(out, "stopped") {
