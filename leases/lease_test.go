@@ -184,7 +184,7 @@ func assertOldFenceRefused(t *testing.T, s *Store, session, attempt, oldFence st
 		t.Errorf("renew with old fence: %d %v, want refused (0)", n, err)
 	}
 	if st, err := finishScript.Run(ctx, s.rdb, []string{k.order(), k.attempt(attempt), k.lease(), k.session()},
-		attempt, oldFence, OutcomeOK, "{}", 1000, before.Holder, FieldSessionID, "stolen").Text(); err != nil || st != "fenced" {
+		attempt, oldFence, OutcomeOK, "{}", 1000, before.Holder, teamster.SessionFieldSessionID, "stolen").Text(); err != nil || st != "fenced" {
 		t.Errorf("finish with old fence: %q %v, want fenced", st, err)
 	}
 	if n, err := releaseScript.Run(ctx, s.rdb, []string{k.lease()}, oldFence, before.Holder, attempt).Int(); err != nil || n != 0 {
@@ -415,7 +415,7 @@ func TestFinishCommitsEverythingAtOnce(t *testing.T) {
 	if got.NativeBinding != "" || got.SessionID != "s-2" || got.StorePath != "/tmp/store" || got.Fence != l3.Fence() {
 		t.Fatalf("session after an owner turn without a binding %+v", got)
 	}
-	if stored, _ := s.rdb.HExists(ctx, keysFor("sess").session(), FieldNativeBinding).Result(); stored {
+	if stored, _ := s.rdb.HExists(ctx, keysFor("sess").session(), teamster.SessionFieldNativeBinding).Result(); stored {
 		t.Fatal("the nativeBinding field is still stored")
 	}
 }
@@ -546,7 +546,7 @@ func TestLeaseOperationsCompareHolderAttemptAndFence(t *testing.T) {
 		}
 		if who.attempt == "a1" {
 			if st, err := finishScript.Run(ctx, s.rdb, []string{keys.order(), keys.attempt("a1"), keys.lease(), keys.session()},
-				"a1", fence, OutcomeOK, "{}", 1000, who.holder, FieldSessionID, "stolen").Text(); err != nil || st != "fenced" {
+				"a1", fence, OutcomeOK, "{}", 1000, who.holder, teamster.SessionFieldSessionID, "stolen").Text(); err != nil || st != "fenced" {
 				t.Errorf("finish as %+v: %q %v, want fenced", who, st, err)
 			}
 		}

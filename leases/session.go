@@ -10,19 +10,6 @@ import (
 	"github.com/teamster-fleet/teamster"
 )
 
-// Session record fields (teamster:{s}:session): teamster.SessionRecord's.
-const (
-	FieldSessionKey           = teamster.SessionFieldSessionKey
-	FieldSessionID            = teamster.SessionFieldSessionID
-	FieldStorePath            = teamster.SessionFieldStorePath
-	FieldAgentID              = teamster.SessionFieldAgentID
-	FieldModelSelectionLocked = teamster.SessionFieldModelSelectionLocked
-	FieldAgentHarnessID       = teamster.SessionFieldAgentHarnessID
-	FieldOwnerPluginID        = teamster.SessionFieldOwnerPluginID
-	FieldNativeBinding        = teamster.SessionFieldNativeBinding
-	FieldArchived             = teamster.SessionFieldArchived
-)
-
 // SessionUpdate is a set of session record fields to write under a lease; an
 // empty value deletes the field.
 type SessionUpdate map[string]string
@@ -30,20 +17,20 @@ type SessionUpdate map[string]string
 // OwnerUpdate is what an owner's successful turn writes: the whole record.
 func OwnerUpdate(r teamster.SessionRecord) SessionUpdate {
 	return SessionUpdate{
-		FieldSessionKey:           r.SessionKey,
-		FieldSessionID:            r.SessionID,
-		FieldStorePath:            r.StorePath,
-		FieldAgentID:              r.AgentID,
-		FieldModelSelectionLocked: strconv.FormatBool(r.ModelSelectionLocked),
-		FieldAgentHarnessID:       r.AgentHarnessID,
-		FieldOwnerPluginID:        r.OwnerPluginID,
-		FieldNativeBinding:        r.NativeBinding,
+		teamster.SessionFieldSessionKey:           r.SessionKey,
+		teamster.SessionFieldSessionID:            r.SessionID,
+		teamster.SessionFieldStorePath:            r.StorePath,
+		teamster.SessionFieldAgentID:              r.AgentID,
+		teamster.SessionFieldModelSelectionLocked: strconv.FormatBool(r.ModelSelectionLocked),
+		teamster.SessionFieldAgentHarnessID:       r.AgentHarnessID,
+		teamster.SessionFieldOwnerPluginID:        r.OwnerPluginID,
+		teamster.SessionFieldNativeBinding:        r.NativeBinding,
 	}
 }
 
 // BindingUpdate is what a delegate's turn writes: the native binding only.
 func BindingUpdate(binding string) SessionUpdate {
-	return SessionUpdate{FieldNativeBinding: binding}
+	return SessionUpdate{teamster.SessionFieldNativeBinding: binding}
 }
 
 // args flattens the update into script arguments, in a stable order.
@@ -58,8 +45,8 @@ func (u SessionUpdate) args() []any {
 }
 
 var sessionFields = []string{
-	FieldSessionKey, FieldSessionID, FieldStorePath, FieldAgentID, FieldModelSelectionLocked,
-	FieldAgentHarnessID, FieldOwnerPluginID, FieldNativeBinding,
+	teamster.SessionFieldSessionKey, teamster.SessionFieldSessionID, teamster.SessionFieldStorePath, teamster.SessionFieldAgentID, teamster.SessionFieldModelSelectionLocked,
+	teamster.SessionFieldAgentHarnessID, teamster.SessionFieldOwnerPluginID, teamster.SessionFieldNativeBinding,
 }
 
 // sessionFieldArgs holds sessionFields as script arguments, boxed once
@@ -91,23 +78,23 @@ func sessionFrom(fields iter.Seq2[string, string]) *teamster.SessionRecord {
 	r := &teamster.SessionRecord{Updated: time.UnixMilli(0)}
 	for field, v := range fields {
 		switch field {
-		case FieldSessionKey:
+		case teamster.SessionFieldSessionKey:
 			r.SessionKey = v
-		case FieldSessionID:
+		case teamster.SessionFieldSessionID:
 			r.SessionID = v
-		case FieldStorePath:
+		case teamster.SessionFieldStorePath:
 			r.StorePath = v
-		case FieldAgentID:
+		case teamster.SessionFieldAgentID:
 			r.AgentID = v
-		case FieldModelSelectionLocked:
+		case teamster.SessionFieldModelSelectionLocked:
 			r.ModelSelectionLocked = v == "true"
-		case FieldAgentHarnessID:
+		case teamster.SessionFieldAgentHarnessID:
 			r.AgentHarnessID = v
-		case FieldOwnerPluginID:
+		case teamster.SessionFieldOwnerPluginID:
 			r.OwnerPluginID = v
-		case FieldNativeBinding:
+		case teamster.SessionFieldNativeBinding:
 			r.NativeBinding = v
-		case FieldArchived:
+		case teamster.SessionFieldArchived:
 			r.Archived = v == "true"
 		case teamster.SessionFieldFence:
 			r.Fence = v

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/teamster-fleet/teamster"
 )
 
 // Owner-only session operations (teamster.session.<op>).
@@ -99,18 +100,18 @@ func (s *Store) SessionOp(ctx context.Context, sessionKey, op string, fields Ses
 // FieldsOf turns the optional fields of an owner's session op into an update:
 // only the fields given are written.
 func FieldsOf(sessionKey, sessionID, storePath, agentID, agentHarnessID string, locked *bool) SessionUpdate {
-	u := SessionUpdate{FieldSessionKey: sessionKey}
+	u := SessionUpdate{teamster.SessionFieldSessionKey: sessionKey}
 	set := func(f, v string) {
 		if v != "" {
 			u[f] = v
 		}
 	}
-	set(FieldSessionID, sessionID)
-	set(FieldStorePath, storePath)
-	set(FieldAgentID, agentID)
-	set(FieldAgentHarnessID, agentHarnessID)
+	set(teamster.SessionFieldSessionID, sessionID)
+	set(teamster.SessionFieldStorePath, storePath)
+	set(teamster.SessionFieldAgentID, agentID)
+	set(teamster.SessionFieldAgentHarnessID, agentHarnessID)
 	if locked != nil {
-		u[FieldModelSelectionLocked] = strconv.FormatBool(*locked)
+		u[teamster.SessionFieldModelSelectionLocked] = strconv.FormatBool(*locked)
 	}
 	return u
 }

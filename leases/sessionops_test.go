@@ -54,7 +54,7 @@ func TestSessionOps(t *testing.T) {
 		t.Fatalf("after archive %+v", rec)
 	}
 	// Booleans are stored one way in the record: "true" or "false".
-	stored, err := s.rdb.HMGet(ctx, keysFor("sess").session(), FieldArchived, FieldModelSelectionLocked).Result()
+	stored, err := s.rdb.HMGet(ctx, keysFor("sess").session(), teamster.SessionFieldArchived, teamster.SessionFieldModelSelectionLocked).Result()
 	if err != nil || stored[0] != "true" || stored[1] != "false" {
 		t.Fatalf("archived, modelSelectionLocked stored as %q (%v), want \"true\", \"false\"", stored, err)
 	}

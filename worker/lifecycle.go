@@ -244,28 +244,10 @@ func (w *Worker) start(ctx context.Context) error {
 // has fetched nothing. Draining a worker that is draining or stopping waits
 // for that drain.
 func (w *Worker) Drain(ctx context.Context) error {
-	var d *drain
-	from, _ := w.transition(func(s state) state {
-		switch s {
-		case stateNew, stateStarting:
-			return stateStopped
-		case stateActive:
-			d = newDrain()
-			w.life.drain = d
-			return stateDraining
-		case stateDraining, stateStopping:
-			d = w.life.drain
-		}
-		return s
-	})
+	from, d := w.beginDrain(false)
 	switch from {
-	case stateStopped:
+	case stateNew, stateStarting, stateStopped:
 		return nil
-	case stateNew, stateStarting:
-		w.stoppedBeforeActive(from)
-		return nil
-	case stateActive:
-		go w.drain(d)
 	}
 	select {
 	case <-w.life.done:
@@ -288,7 +270,14 @@ func (w *Worker) Drain(ctx context.Context) error {
 // registry and stops, as a drain whose timeout has passed. It does not wait:
 // Done is closed once the worker has stopped. A drain in progress is
 // stopped the same way, and cannot be resumed any more.
-func (w *Worker) Stop() {
+func (w *Worker) Stop() { w.beginDrain(true) }
+
+// beginDrain is the one transition of Drain and Stop. A worker that is new
+// or starting stops at once; an active one starts a drain (draining, or with
+// stop stopping at once); a drain in progress is joined, and with stop told
+// to stop now. It returns the state it found and the drain (nil when there
+// is none).
+func (w *Worker) beginDrain(stop bool) (state, *drain) {
 	var d *drain
 	from, _ := w.transition(func(s state) state {
 		switch s {
@@ -302,8 +291,14 @@ func (w *Worker) Stop() {
 		default: // stopped
 			return s
 		}
-		d.stopNow()
-		return stateStopping
+		switch {
+		case stop:
+			d.stopNow()
+			return stateStopping
+		case s == stateActive:
+			return stateDraining
+		}
+		return s
 	})
 	switch from {
 	case stateNew, stateStarting:
@@ -311,6 +306,7 @@ func (w *Worker) Stop() {
 	case stateActive:
 		go w.drain(d)
 	}
+	return from, d
 }
 
 // stoppedBeforeActive ends a worker that Drain or Stop found new or
