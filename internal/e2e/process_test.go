@@ -105,17 +105,7 @@ func TestProcesses(t *testing.T) {
 		workers = append(workers, start(t, "testworker", append(common, "--config", path, "--ledger", ledger)...))
 	}
 	_ = router
-	teamsterCLI := func(args ...string) (string, int) {
-		cmd := exec.Command(filepath.Join(binaries(t), "teamster"), append(args, "--nats-url", natsSrv.URL())...)
-		out, err := cmd.CombinedOutput()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return string(out), code
-	}
+	teamsterCLI := func(args ...string) (string, int) { return runCLI(t, natsSrv.URL(), args...) }
 	// Wait for both workers to register (explain reads the live registry).
 	attemptFile := func(name, prompt string) string {
 		a := fleettest.Attempt("proc-session", prompt)
@@ -287,16 +277,7 @@ func TestASecondSignalStopsAWorkerWithoutWaitingForItsRuns(t *testing.T) {
 	if err := os.WriteFile(attemptPath, body, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cli := func(args ...string) (string, int) {
-		cmd := exec.Command(filepath.Join(binaries(t), "teamster"), append(args, "--nats-url", natsSrv.URL())...)
-		out, err := cmd.CombinedOutput()
-		if ee, ok := err.(*exec.ExitError); ok {
-			return string(out), ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return string(out), 0
-	}
+	cli := func(args ...string) (string, int) { return runCLI(t, natsSrv.URL(), args...) }
 	var id string
 	deadline := time.Now().Add(30 * time.Second)
 	for id == "" {
@@ -342,6 +323,21 @@ func TestASecondSignalStopsAWorkerWithoutWaitingForItsRuns(t *testing.T) {
 	if r.Status != teamster.StatusCancelled || r.Error == nil || r.Error.Code != teamster.CodeDrainTimeout {
 		t.Fatalf("result of the stopped turn: %+v, want cancelled with drain_timeout", r)
 	}
+}
+
+// runCLI runs the teamster CLI against the NATS server at natsURL and
+// returns its combined output and exit status.
+func runCLI(t *testing.T, natsURL string, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binaries(t), "teamster"), append(args, "--nats-url", natsURL)...)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return string(out), ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), 0
 }
 
 func firstLine(s string) string {
