@@ -29,6 +29,11 @@ type linDriver struct {
 	// old primary after the detach), which nobody claims and which would
 	// hold the session until their queue deadline.
 	withdrawOrphans bool
+	// clients is how many clients a round runs (linClients when 0). A
+	// lone client's lease, once lost, is never taken over, so its abandon
+	// succeeds: with linClients the others' claims usually record the
+	// lost claim's outcome (worker_lost) first.
+	clients int
 }
 
 // on is the driver with its clients on another store (a round's own
@@ -54,7 +59,7 @@ const (
 	faultPromote linFault = "promote"
 )
 
-// round records one history: linClients clients doing opsPerClient
+// round records one history: d.clients clients doing opsPerClient
 // operations each on one session, the faults injected into nodes while they
 // run. The driver's store must be nodes' (linNodes.store, or linStoreOn the
 // single node).
@@ -65,7 +70,11 @@ func (d *linDriver) round(t *testing.T, nodes *linNodes, session string, seed ui
 	}
 	h := newLinHistory()
 	var wg sync.WaitGroup
-	keepers := make([]*Keeper, linClients)
+	clients := d.clients
+	if clients == 0 {
+		clients = linClients
+	}
+	keepers := make([]*Keeper, clients)
 	for c := range keepers {
 		// The keepers run on a clock that never moves: a lease ends locally
 		// only through the client's own operations, so Lease.Finish always
@@ -86,7 +95,7 @@ func (d *linDriver) round(t *testing.T, nodes *linNodes, session string, seed ui
 	// over its first half, so that the clients have a while on the promoted
 	// replica, once the orphans the failover left (attempts withdrawn or
 	// claimed on the old primary after the detach) are withdrawn.
-	total := int64(linClients * opsPerClient)
+	total := int64(clients * opsPerClient)
 	at := func(i int) int64 { return total * int64(i+1) / int64(len(faults)+1) }
 	if slices.Contains(faults, faultPromote) {
 		at = func(i int) int64 { return total * int64(i+1) / int64(2*(len(faults)+1)) }
