@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Tests the OpenClaw integration: installs what is missing (scripts/deps.sh),
-# runs the plugin's unit tests, then the end-to-end test against a local
-# teamster fleet (built from this repository) and the real, pinned OpenClaw.
+# runs the plugin's unit tests, then the end-to-end tests (test/e2e/*.test.js)
+# with the real, pinned OpenClaw: the README's install (npm ci, `openclaw
+# plugins install -l`, list/inspect, uninstall) in an isolated OpenClaw home,
+# and turns against a local teamster fleet built from this repository.
 #   scripts/test.sh          unit + end to end
 #   scripts/test.sh unit     unit tests only (no OpenClaw, no fleet; a real
 #                            nats-server, built here with Go, for each test file)

@@ -12,6 +12,12 @@
 // OpenClaw's gateway client in this process (the client behind `openclaw
 // gateway call`); one turn goes through the `openclaw agent` CLI.
 //
+// Install: each OpenClaw home (the gateway's, and one per `agent exec`) gets
+// the plugin as the README installs it: `openclaw plugins install -l
+// <plugin dir>` first, then the plugin's config added to the config file that
+// the install wrote (install.e2e.test.js checks the install steps themselves).
+// The three installs run side by side while Go builds the fleet.
+//
 // Prerequisites (scripts/deps.sh installs the first two; the test fails, never
 // skips, when one is missing): .tools/node24, .tools/openclaw, Go, redis-server.
 
@@ -21,7 +27,7 @@ import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node
 import { join } from "node:path";
 import { after, afterEach, before, test } from "node:test";
 import {
-  Proc, buildTeamster, freePort, gatewayClient, node24, openclawEntry, openclawEnv, pluginDir, requireFile, startFleet, tempDir,
+  Proc, buildTeamster, freePort, gatewayClient, installPlugin, node24, openclawEntry, openclawEnv, pluginDir, readJson, requireFile, startFleet, tempDir,
 } from "../support/env.js";
 
 const TOKEN = "teamster-e2e-token";
@@ -35,15 +41,41 @@ function oc(args, env) {
   return new Proc(node24, [openclawEntry, ...args], { env, cwd: work });
 }
 
-/** exec starts `openclaw agent exec` in its own home (no shared state with the gateway). */
-function exec(name, url, prompt) {
+/**
+ * setUpHome writes an OpenClaw config without the plugin, installs the
+ * plugin into that home with `openclaw plugins install -l` (which adds the
+ * load path, enables the plugin and records the install in the home's state),
+ * then adds the plugin's config to the file the install wrote: the README's
+ * order, so that OpenClaw knows the plugin before it sees its settings.
+ */
+async function setUpHome(cfgPath, env, config) {
+  const { teamster, ...entries } = config.plugins.entries;
+  writeFileSync(cfgPath, JSON.stringify({ ...config, plugins: { ...config.plugins, entries } }, null, 2));
+  const r = await installPlugin(pluginDir, env, { cwd: work });
+  assert.equal(r.code, 0, `openclaw plugins install -l ${pluginDir} failed (${r.code}):\n${r.stdout}\n${r.stderr}`);
+  const installed = readJson(cfgPath);
+  assert.deepEqual(installed.plugins?.load?.paths, [pluginDir], "the install linked the plugin folder");
+  assert.equal(installed.plugins.entries?.teamster?.enabled, true, "the install enabled the plugin");
+  installed.plugins.entries.teamster = { ...installed.plugins.entries.teamster, config: teamster.config };
+  writeFileSync(cfgPath, JSON.stringify(installed, null, 2));
+}
+
+/**
+ * exec installs the plugin into its own home (no shared state with the
+ * gateway), then, once `ready` resolves, runs `openclaw agent exec`; it
+ * returns Proc.done()'s result.
+ */
+async function exec(name, url, prompt, ready) {
   const home = join(work, `${name}-home`);
   mkdirSync(home, { recursive: true });
   const cfg = join(work, `${name}.json`);
   const c = openclawConfig(url, 0);
   delete c.gateway;
-  writeFileSync(cfg, JSON.stringify(c));
-  return oc(["agent", "exec", prompt, "--config", cfg, "--json", "--timeout", "120"], openclawEnv({ HOME: home, OPENCLAW_CONFIG_PATH: cfg }));
+  const env = openclawEnv({ HOME: home, OPENCLAW_CONFIG_PATH: cfg });
+  await setUpHome(cfg, env, c);
+  console.log(`# plugin installed into the ${name} home at ${since()}`);
+  await ready;
+  return oc(["agent", "exec", prompt, "--config", cfg, "--json", "--timeout", "120"], env).done(240000);
 }
 
 function textOf(content) {
@@ -127,10 +159,21 @@ before(async () => {
   deadNatsUrl = `nats://127.0.0.1:${await freePort()}`; // nobody listens there
   gatewayPort = await freePort();
   const cfgPath = join(work, "openclaw.json");
-  writeFileSync(cfgPath, JSON.stringify(openclawConfig(natsUrl, gatewayPort), null, 2));
   gwEnv = openclawEnv({ HOME: work, OPENCLAW_STATE_DIR: join(work, "state"), OPENCLAW_CONFIG_PATH: cfgPath, OPENCLAW_GATEWAY_TOKEN: TOKEN });
-  // The gateway starts now (the plugin connects at its first turn), and so
-  // does the exec that finds no fleet; the fleet builds meanwhile.
+  // Go builds the fleet while the plugin is installed into the three homes.
+  // The exec that finds no fleet runs right after its install; the other
+  // waits for the fleet.
+  let fleetUp;
+  const fleetReady = new Promise((r) => (fleetUp = r));
+  const building = buildTeamster(work);
+  building.catch(() => {});
+  execDown = exec("exec-down", deadNatsUrl, "anyone?");
+  execDown.catch(() => {});
+  execOk = exec("exec", natsUrl, "hello from agent exec", fleetReady);
+  execOk.catch(() => {});
+  await setUpHome(cfgPath, gwEnv, openclawConfig(natsUrl, gatewayPort));
+  console.log(`# plugin installed into the gateway's home at ${since()}`);
+  // The gateway starts now (the plugin connects at its first turn).
   gateway = oc(["gateway", "run", "--bind", "loopback", "--auth", "token", "--port", String(gatewayPort)], gwEnv);
   gatewayReady = gateway.waitFor(/\[gateway\]\s+ready/, 240000, "openclaw gateway").then((m) => {
     console.log(`# gateway ready at ${since()}`);
@@ -139,17 +182,13 @@ before(async () => {
   gatewayReady.catch(() => {});
   // The first gateway turn (the `openclaw agent` CLI) starts as soon as the
   // gateway is ready, while the exec runs may still be going.
-  let fleetUp;
-  const fleetReady = new Promise((r) => (fleetUp = r));
   cliTurn = Promise.all([gatewayReady, fleetReady]).then(() => oc(["agent", "--session-key", "e2e-main", "--message", "hello from openclaw", "--json"], gwEnv).done(240000));
   cliTurn.catch(() => {});
-  execDown = exec("exec-down", deadNatsUrl, "anyone?").done(240000);
-  bin = await buildTeamster(work);
+  bin = await building;
   fleet = await startFleet(bin, { port: natsPort });
   assert.equal(fleet.natsUrl, natsUrl);
   console.log(`# fleet up at ${since()}`);
   fleetUp();
-  execOk = exec("exec", natsUrl, "hello from agent exec").done(240000);
   rpc = await gatewayClient({ url: `ws://127.0.0.1:${gatewayPort}`, token: TOKEN, stateDir: join(work, "rpc-state") });
   failed = false;
 });

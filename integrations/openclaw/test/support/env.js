@@ -181,3 +181,15 @@ export async function startFleet(bin, { port } = {}) {
 export function readJson(path) {
   return JSON.parse(readFileSync(path, "utf8"));
 }
+
+/**
+ * installPlugin runs the README's install step, `openclaw plugins install -l
+ * <dir>`, in the OpenClaw home and state that env names (HOME,
+ * OPENCLAW_STATE_DIR, OPENCLAW_CONFIG_PATH). A test has no terminal, so it
+ * passes what an operator answers at the prompts: --force (the local source
+ * was reviewed) and --accept-capabilities (the capability consent). Returns
+ * Proc.done()'s result; the caller asserts on it.
+ */
+export function installPlugin(dir, env, { cwd, timeoutMs = 240000 } = {}) {
+  return new Proc(node24, [openclawEntry, "plugins", "install", "-l", dir, "--force", "--accept-capabilities"], { env, cwd }).done(timeoutMs);
+}
