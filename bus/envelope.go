@@ -186,6 +186,9 @@ type Reply struct {
 	V      int             `json:"v"`
 	Status string          `json:"status"`
 	Error  *teamster.Error `json:"error,omitempty"`
+	// NoRecord is set on the ok answer to a session reset or delete that
+	// found no record: there was nothing to do (the ops are idempotent).
+	NoRecord bool `json:"noRecord,omitempty"`
 }
 
 // Validate checks a generic reply.

@@ -50,7 +50,7 @@ var envelopeSections = map[string][]reflect.Type{
 	"`toolTerminal` reply": {ty[ToolTerminalReply]()}, "`userInput` call": {ty[UserInput]()},
 	"`userInput` reply": {ty[UserInputReply]()}, "`usage` call": {ty[UsageReport]()},
 	"Worker control": {ty[WorkerControl]()}, "Worker control reply": {ty[WorkerControlReply]()},
-	"Registry entry": {ty[WorkerEntry]()}, "Manifest": {ty[selection.Manifest]()}, "Selection record": {ty[selection.Record]()},
+	"Registry entry": {ty[WorkerEntry]()}, "Router entry": {ty[RouterEntry]()}, "Manifest": {ty[selection.Manifest]()}, "Selection record": {ty[selection.Record]()},
 }
 
 // notWire names the structs with json tags that never travel, each with the reason. None today.

@@ -24,13 +24,21 @@ func Transient(err error) bool {
 	return err != nil
 }
 
+// tryTimeout bounds each try of RetryTransient: a JetStream API request
+// whose answer was lost in a leader change is never answered, and waiting
+// for it would spend the whole budget on one try.
+const tryTimeout = 10 * time.Second
+
 // RetryTransient runs op until it succeeds, fails with an error that is not
 // Transient, ctx ends or budget passes, calling onRetry with each transient
-// failure (to log it). It is how a starting router or worker waits out a
-// cluster still forming or electing a stream's leader.
-func RetryTransient(ctx context.Context, budget time.Duration, onRetry func(error), op func() error) error {
+// failure (to log it). Each try gets a context of its own, ending after
+// tryTimeout. It is how a starting router or worker waits out a cluster
+// still forming or electing a stream's leader.
+func RetryTransient(ctx context.Context, budget time.Duration, onRetry func(error), op func(ctx context.Context) error) error {
 	return retry.For(ctx, budget, func() error {
-		err := op()
+		tctx, cancel := context.WithTimeout(ctx, tryTimeout)
+		err := op(tctx)
+		cancel()
 		if err == nil {
 			return nil
 		}

@@ -14,7 +14,18 @@ import (
 // ReadRegistry returns the entries of KV TEAMSTER_WORKERS, sorted by worker id.
 // Entries that do not decode are skipped.
 func ReadRegistry(ctx context.Context, js jetstream.JetStream) ([]WorkerEntry, error) {
-	kv, err := js.KeyValue(ctx, BucketWorkers)
+	return readBucket(ctx, js, BucketWorkers, (*WorkerEntry).Validate)
+}
+
+// ReadRouters returns the entries of KV TEAMSTER_ROUTERS, sorted by router id.
+// Entries that do not decode are skipped.
+func ReadRouters(ctx context.Context, js jetstream.JetStream) ([]RouterEntry, error) {
+	return readBucket(ctx, js, BucketRouters, (*RouterEntry).Validate)
+}
+
+// readBucket reads every entry of a registry bucket, in key order.
+func readBucket[T any](ctx context.Context, js jetstream.JetStream, bucket string, validate func(*T) error) ([]T, error) {
+	kv, err := js.KeyValue(ctx, bucket)
 	if err != nil {
 		return nil, err
 	}
@@ -22,8 +33,13 @@ func ReadRegistry(ctx context.Context, js jetstream.JetStream) ([]WorkerEntry, e
 	if err != nil {
 		return nil, err
 	}
-	var out []WorkerEntry
+	var keys []string
 	for key := range lister.Keys() {
+		keys = append(keys, key)
+	}
+	sort.Strings(keys)
+	out := []T{}
+	for _, key := range keys {
 		e, err := kv.Get(ctx, key)
 		if err != nil {
 			if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -31,13 +47,12 @@ func ReadRegistry(ctx context.Context, js jetstream.JetStream) ([]WorkerEntry, e
 			}
 			return nil, err
 		}
-		var w WorkerEntry
-		if json.Unmarshal(e.Value(), &w) != nil || w.Validate() != nil {
+		var v T
+		if json.Unmarshal(e.Value(), &v) != nil || validate(&v) != nil {
 			continue
 		}
-		out = append(out, w)
+		out = append(out, v)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].WorkerID < out[j].WorkerID })
 	return out, nil
 }
 

@@ -454,6 +454,34 @@ func checkIDs(field string, ids []string) error {
 	return nil
 }
 
+// RouterEntry is a router's entry in KV TEAMSTER_ROUTERS, keyed by its router
+// id and refreshed every heartbeat: what `teamster status` shows and compares
+// (two routers running different policies answer one submit differently).
+type RouterEntry struct {
+	V        int    `json:"v"`
+	RouterID string `json:"routerId"`
+	Version  string `json:"version,omitempty"`
+	// PolicyDigest identifies the runtime policy the router selects with
+	// (selection.Policy.Digest).
+	PolicyDigest string `json:"policyDigest"`
+	HeartbeatMs  int64  `json:"heartbeatMs"`
+	StartedMs    int64  `json:"startedMs"`
+}
+
+// Validate checks a router entry.
+func (r *RouterEntry) Validate() error {
+	if err := checkVersion(r.V); err != nil {
+		return err
+	}
+	if err := CheckID("routerId", r.RouterID); err != nil {
+		return err
+	}
+	if r.HeartbeatMs < 0 || r.StartedMs < 0 {
+		return invalid("fields heartbeatMs and startedMs are not negative")
+	}
+	return nil
+}
+
 // Live reports whether the worker counts as registering its harnesses for
 // selection: active or draining.
 func (w *WorkerEntry) Live() bool { return w.State == WorkerActive || w.State == WorkerDraining }

@@ -72,9 +72,22 @@ func ResultsStreamConfig(o StreamOptions) jetstream.StreamConfig {
 // WorkersBucketConfig is KV TEAMSTER_WORKERS: the registry, whose entries expire
 // WorkersTTL after their last heartbeat.
 func WorkersBucketConfig(o StreamOptions) jetstream.KeyValueConfig {
+	return registryBucket(BucketWorkers, "teamster: worker registry (manifest, state, slots)", o)
+}
+
+// RoutersBucketConfig is KV TEAMSTER_ROUTERS: the routers' entries (id,
+// version, policy digest), which expire WorkersTTL after their last
+// heartbeat. Only routers create and update it.
+func RoutersBucketConfig(o StreamOptions) jetstream.KeyValueConfig {
+	return registryBucket(BucketRouters, "teamster: router registry (version, policy digest)", o)
+}
+
+// registryBucket is a registry's bucket: entries expire WorkersTTL after
+// their last write, one revision each, on file.
+func registryBucket(name, description string, o StreamOptions) jetstream.KeyValueConfig {
 	return jetstream.KeyValueConfig{
-		Bucket:      BucketWorkers,
-		Description: "teamster: worker registry (manifest, state, slots)",
+		Bucket:      name,
+		Description: description,
 		TTL:         WorkersTTL,
 		History:     1,
 		Storage:     jetstream.FileStorage,
@@ -89,20 +102,23 @@ func replicas(o StreamOptions) int {
 	return o.Replicas
 }
 
-// Setup creates or updates TEAMSTER_ATTEMPTS, TEAMSTER_RESULTS and
-// TEAMSTER_WORKERS. It is idempotent: running it again, from any number of
+// Setup creates or updates TEAMSTER_ATTEMPTS, TEAMSTER_RESULTS,
+// TEAMSTER_WORKERS and TEAMSTER_ROUTERS, and returns the workers' bucket and
+// the routers'. It is idempotent: running it again, from any number of
 // processes, leaves one of each with the contract's configuration.
-func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions) (jetstream.KeyValue, error) {
+func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions) (workers, routers jetstream.KeyValue, err error) {
 	for _, cfg := range []jetstream.StreamConfig{AttemptsStreamConfig(o), ResultsStreamConfig(o)} {
 		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
-			return nil, fmt.Errorf("set up stream %s: %w", cfg.Name, err)
+			return nil, nil, fmt.Errorf("set up stream %s: %w", cfg.Name, err)
 		}
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, WorkersBucketConfig(o))
-	if err != nil {
-		return nil, fmt.Errorf("set up bucket %s: %w", BucketWorkers, err)
+	if workers, err = js.CreateOrUpdateKeyValue(ctx, WorkersBucketConfig(o)); err != nil {
+		return nil, nil, fmt.Errorf("set up bucket %s: %w", BucketWorkers, err)
 	}
-	return kv, nil
+	if routers, err = js.CreateOrUpdateKeyValue(ctx, RoutersBucketConfig(o)); err != nil {
+		return nil, nil, fmt.Errorf("set up bucket %s: %w", BucketRouters, err)
+	}
+	return workers, routers, nil
 }
 
 // Ensure creates TEAMSTER_ATTEMPTS, TEAMSTER_RESULTS and TEAMSTER_WORKERS

@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -28,7 +29,7 @@ func TestSetupIsIdempotent(t *testing.T) {
 	_, _, js := connect(t)
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {
-		if _, err := bus.Setup(ctx, js, bus.StreamOptions{}); err != nil {
+		if _, _, err := bus.Setup(ctx, js, bus.StreamOptions{}); err != nil {
 			t.Fatalf("setup run %d: %v", i+1, err)
 		}
 		if _, err := bus.EnsureHarnessConsumer(ctx, js, "codex"); err != nil {
@@ -39,9 +40,10 @@ func TestSetupIsIdempotent(t *testing.T) {
 	for n := range js.StreamNames(ctx).Name() {
 		names = append(names, n)
 	}
-	// The KV bucket is the stream KV_TEAMSTER_WORKERS.
-	if len(names) != 3 {
-		t.Fatalf("streams %v, want TEAMSTER_ATTEMPTS, TEAMSTER_RESULTS and KV_TEAMSTER_WORKERS", names)
+	// The KV buckets are the streams KV_TEAMSTER_WORKERS and KV_TEAMSTER_ROUTERS.
+	slices.Sort(names)
+	if want := []string{"KV_" + bus.BucketRouters, "KV_" + bus.BucketWorkers, bus.StreamAttempts, bus.StreamResults}; !slices.Equal(names, want) {
+		t.Fatalf("streams %v, want %v", names, want)
 	}
 	att, err := js.Stream(ctx, bus.StreamAttempts)
 	if err != nil {
@@ -59,13 +61,15 @@ func TestSetupIsIdempotent(t *testing.T) {
 	if rc.MaxMsgsPerSubject != 1 || rc.Discard != jetstream.DiscardNew || !rc.DiscardNewPerSubject || rc.MaxAge != 24*time.Hour {
 		t.Fatalf("results stream config %+v", rc)
 	}
-	kv, err := js.KeyValue(ctx, bus.BucketWorkers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := kv.Status(ctx)
-	if err != nil || st.TTL() != bus.WorkersTTL {
-		t.Fatalf("bucket TTL %v (%v), want %s", st.TTL(), err, bus.WorkersTTL)
+	for _, bucket := range []string{bus.BucketWorkers, bus.BucketRouters} {
+		kv, err := js.KeyValue(ctx, bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := kv.Status(ctx)
+		if err != nil || st.TTL() != bus.WorkersTTL {
+			t.Fatalf("bucket %s TTL %v (%v), want %s", bucket, st.TTL(), err, bus.WorkersTTL)
+		}
 	}
 	var consumers []string
 	for n := range att.ConsumerNames(ctx).Name() {
@@ -134,7 +138,7 @@ func TestEnsureCreatesButNeverUpdates(t *testing.T) {
 	if d := description(); d != "changed by hand" {
 		t.Fatalf("after Ensure the description is %q: Ensure updated the stream", d)
 	}
-	if _, err := bus.Setup(ctx, js, bus.StreamOptions{}); err != nil {
+	if _, _, err := bus.Setup(ctx, js, bus.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if d := description(); d != bus.AttemptsStreamConfig(bus.StreamOptions{}).Description {
@@ -147,7 +151,7 @@ func TestEnsureCreatesButNeverUpdates(t *testing.T) {
 func TestSameAttemptIDIsStoredOnce(t *testing.T) {
 	_, _, js := connect(t)
 	ctx := context.Background()
-	if _, err := bus.Setup(ctx, js, bus.StreamOptions{}); err != nil {
+	if _, _, err := bus.Setup(ctx, js, bus.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	a := &bus.Attempt{V: 1, AttemptID: "01J00000000000000000000001", AgentID: "main", SessionKey: "s", SessionID: "s1",
@@ -194,7 +198,7 @@ func TestSameAttemptIDIsStoredOnce(t *testing.T) {
 func TestFirstResultStays(t *testing.T) {
 	_, nc, js := connect(t)
 	ctx := context.Background()
-	if _, err := bus.Setup(ctx, js, bus.StreamOptions{}); err != nil {
+	if _, _, err := bus.Setup(ctx, js, bus.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	first := &bus.Result{V: 1, AttemptID: "a1", Status: teamster.StatusOK, WorkerID: "w1", AssistantTexts: []string{"hello"}}
@@ -233,7 +237,7 @@ func TestFirstResultStays(t *testing.T) {
 func TestPerSubjectLimitIsRecognisedByItsCode(t *testing.T) {
 	_, _, js := connect(t)
 	ctx := context.Background()
-	if _, err := bus.Setup(ctx, js, bus.StreamOptions{}); err != nil {
+	if _, _, err := bus.Setup(ctx, js, bus.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	subj, err := bus.ResultSubject("a1")
@@ -284,7 +288,7 @@ func TestPerSubjectLimitIsRecognisedByItsCode(t *testing.T) {
 func TestEmbeddedServerKeepsStreamsAcrossRestart(t *testing.T) {
 	srv, nc, js := connect(t)
 	ctx := context.Background()
-	if _, err := bus.Setup(ctx, js, bus.StreamOptions{}); err != nil {
+	if _, _, err := bus.Setup(ctx, js, bus.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	r := &bus.Result{V: 1, AttemptID: "kept", Status: teamster.StatusOK, AssistantTexts: []string{}}

@@ -60,6 +60,7 @@ const (
 	StreamAttempts = "TEAMSTER_ATTEMPTS"
 	StreamResults  = "TEAMSTER_RESULTS"
 	BucketWorkers  = "TEAMSTER_WORKERS"
+	BucketRouters  = "TEAMSTER_ROUTERS"
 
 	// QueueRouters is the queue group every router serves its subjects in.
 	QueueRouters = "routers"

@@ -25,15 +25,31 @@ func (c *Client) SessionOpAsDelegate(ctx context.Context, pluginID, op string, b
 	return c.sessionOp(ctx, op, body, pluginID)
 }
 
+// SessionOpFound is SessionOp, and also says whether the session had a
+// record: a reset or delete of a session without one succeeds with found
+// false (nothing to do); the other operations fail without one.
+func (c *Client) SessionOpFound(ctx context.Context, op string, body bus.SessionOp) (found bool, err error) {
+	rep, err := c.sessionOpReply(ctx, op, body, "")
+	if err != nil {
+		return false, err
+	}
+	return !rep.NoRecord, nil
+}
+
 func (c *Client) sessionOp(ctx context.Context, op string, body bus.SessionOp, delegate string) error {
+	_, err := c.sessionOpReply(ctx, op, body, delegate)
+	return err
+}
+
+func (c *Client) sessionOpReply(ctx context.Context, op string, body bus.SessionOp, delegate string) (*bus.Reply, error) {
 	subj, err := bus.SessionOpSubject(op)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	body.V = bus.Version
 	var rep bus.Reply
 	if err := c.request(ctx, subj, bus.DelegateHeader(delegate), &body, &rep); err != nil {
-		return err
+		return nil, err
 	}
-	return rep.Err()
+	return &rep, rep.Err()
 }

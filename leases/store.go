@@ -171,7 +171,7 @@ func (s *Store) Accept(ctx context.Context, a AcceptArgs) (Accepted, error) {
 	ttl := a.QueueTimeout + a.RunBudget + s.retention
 	keys := []string{k.attempt(a.AttemptID), k.order()}
 	args := []any{a.AttemptID, a.QueueTimeout.Milliseconds(), ttl.Milliseconds(), a.Digest,
-		"harness", a.HarnessID, "replyTo", a.ReplyTo, "reply", a.Reply}
+		"harness", a.HarnessID, "replyTo", a.ReplyTo, "reply", a.Reply, "session", a.SessionKey}
 	// The id is claimed fleet-wide (its record is per session, but its
 	// de-duplication and its result subject are per id), in the same round
 	// trip; a conflict is undone below.

@@ -253,8 +253,8 @@ func TestSubmitsRideOutTheLossOfTheAttemptsLeader(t *testing.T) {
 	}
 	// A cluster just formed may take a while to place three replicas under
 	// a loaded machine; the routers retry the same way (setupBudget).
-	err = bus.RetryTransient(ctx, time.Minute, func(err error) { t.Logf("setup not done yet: %v", err) }, func() error {
-		_, err := bus.Setup(ctx, js, bus.StreamOptions{Replicas: 3})
+	err = bus.RetryTransient(ctx, time.Minute, func(err error) { t.Logf("setup not done yet: %v", err) }, func(ctx context.Context) error {
+		_, _, err := bus.Setup(ctx, js, bus.StreamOptions{Replicas: 3})
 		return err
 	})
 	if err != nil {

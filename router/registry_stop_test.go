@@ -56,7 +56,7 @@ func TestStopEndsARewatchInProgress(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	kv, err := bus.Setup(ctx, js, bus.StreamOptions{})
+	kv, _, err := bus.Setup(ctx, js, bus.StreamOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ func newRegistry(t *testing.T) (jetstream.KeyValue, *registryView) {
 	_, js := testenv.NewNATS(t).JetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	kv, err := bus.Setup(ctx, js, bus.StreamOptions{})
+	kv, _, err := bus.Setup(ctx, js, bus.StreamOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oklog/ulid/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/sirupsen/logrus"
 
@@ -41,6 +42,14 @@ type Params struct {
 	Metrics *metrics.Router
 	// Streams tunes the streams the router creates or updates (replicas).
 	Streams bus.StreamOptions
+	// RouterID names the router in KV TEAMSTER_ROUTERS, its logs and the
+	// records it writes; default "r-" and a ULID (which sort by start time).
+	RouterID string
+	// QuietAttempts logs each accepted attempt at debug instead of info,
+	// for fleets whose rates make a line per attempt too much.
+	QuietAttempts bool
+	// Version is the router's build version, advertised in its entry.
+	Version string
 	// AttemptRetention is how long finished attempt records stay in Redis
 	// (resubmits within it are answered from the record); 0 is
 	// leases.FinishedTTL. Give routers and workers the same value.
@@ -63,10 +72,15 @@ type Router struct {
 	// debug says the logger logs at debug level: the selection record is
 	// only assembled into log fields then.
 	debug bool
+	steps logging.Lifecycle
 
+	id       string
+	version  string
+	started  time.Time
 	registry *registryView
 	reaper   *reaper
 	nodes    *nodeWatcher
+	beat     *heartbeat
 
 	mu       sync.Mutex
 	subs     []*nats.Subscription
@@ -90,6 +104,12 @@ func New(p Params) (*Router, error) {
 	if p.Metrics == nil {
 		p.Metrics = metrics.NewRouter(nil)
 	}
+	if p.RouterID == "" {
+		p.RouterID = "r-" + ulid.Make().String()
+	}
+	if err := bus.CheckID("router id", p.RouterID); err != nil {
+		return nil, fmt.Errorf("router: %w", err)
+	}
 	if err := leases.CheckRetention(p.AttemptRetention); err != nil {
 		return nil, fmt.Errorf("router: %w", err)
 	}
@@ -98,9 +118,11 @@ func New(p Params) (*Router, error) {
 		return nil, fmt.Errorf("router: jetstream: %w", err)
 	}
 	r := &Router{nc: p.NATS, js: js, store: leases.NewStore(p.Redis, leases.WithRetention(p.AttemptRetention)), policy: p.Policy, m: p.Metrics, rdb: p.Redis, streams: p.Streams,
-		log: p.Logger.WithField("component", "router"), sem: make(chan struct{}, p.Concurrency),
-		handlers: gopool.New(handlerIdle)}
+		log: p.Logger.WithFields(logrus.Fields{"component": "router", "router": p.RouterID}), sem: make(chan struct{}, p.Concurrency),
+		handlers: gopool.New(handlerIdle), id: p.RouterID, version: p.Version, started: time.Now()}
+	p.Metrics.Policy.WithLabelValues(p.Policy.Digest()).Set(1)
 	r.debug = logging.DebugEnabled(p.Logger)
+	r.steps = logging.NewLifecycle(p.Logger, p.QuietAttempts)
 	r.reaper = newReaper(reaperParams{store: r.store, js: js, nc: p.NATS, interval: p.ReaperInterval, log: r.log, m: p.Metrics})
 	r.nodes = newNodeWatcher(nodeWatcherParams{store: r.store, interval: nodeWatchInterval, log: r.log, m: p.Metrics})
 	return r, nil
@@ -120,12 +142,12 @@ const handlerIdle = 5 * time.Second
 func (r *Router) Start(ctx context.Context) error {
 	// A cluster still forming, or electing a stream's leader, does not
 	// answer in time: the setup is tried again for a while, logged.
-	var kv jetstream.KeyValue
+	var kv, routers jetstream.KeyValue
 	err := bus.RetryTransient(ctx, setupBudget, func(err error) {
 		r.log.Warn("JetStream setup not done yet; trying again: " + err.Error())
-	}, func() error {
+	}, func(ctx context.Context) error {
 		var err error
-		kv, err = bus.Setup(ctx, r.js, r.streams)
+		kv, routers, err = bus.Setup(ctx, r.js, r.streams)
 		return err
 	})
 	if err != nil {
@@ -152,7 +174,10 @@ func (r *Router) Start(ctx context.Context) error {
 	}
 	r.reaper.start()
 	r.nodes.start()
-	r.log.Info("router serving")
+	r.beat = newHeartbeat(heartbeatParams{id: r.id, kv: routers, js: r.js, log: r.log, m: r.m, harness: r.harnessIDs,
+		entry: bus.RouterEntry{V: bus.Version, RouterID: r.id, Version: r.version, PolicyDigest: r.policy.Digest(), StartedMs: r.started.UnixMilli()}})
+	r.beat.start()
+	r.log.WithFields(logrus.Fields{"policy": r.policy.Digest(), "version": r.version}).Info("router serving")
 	return nil
 }
 
@@ -192,6 +217,9 @@ func (r *Router) Stop() {
 	r.handlers.Close()
 	r.reaper.stop()
 	r.nodes.stop()
+	if r.beat != nil {
+		r.beat.stop()
+	}
 	if r.registry != nil {
 		r.registry.stop()
 	}
@@ -218,6 +246,18 @@ func (r *Router) LiveWorkers() int {
 		}
 	}
 	return n
+}
+
+// ID is the router's id.
+func (r *Router) ID() string { return r.id }
+
+// harnessIDs are the ids of the harnesses live workers host.
+func (r *Router) harnessIDs() []string {
+	var ids []string
+	for _, m := range r.registry.manifests() {
+		ids = append(ids, m.ID)
+	}
+	return ids
 }
 
 // Manifests returns the harness manifests live workers advertise now.

@@ -59,7 +59,10 @@ func (r *Router) onSessionOp(m *nats.Msg) {
 		r.reply(m, bus.Rejected(teamster.Errorf(teamster.CodeInvalidRequest, "the session already has a record; patch it instead")))
 		return
 	case res.Status == leases.SessionOpMissing && (op == leases.OpReset || op == leases.OpDelete):
-		// Nothing to reset or delete: done.
+		// Nothing to reset or delete: done, and said so.
+		log.Info("session op: no record, nothing to do")
+		r.reply(m, &bus.Reply{V: bus.Version, Status: bus.StatusOK, NoRecord: true})
+		return
 	case res.Status == leases.SessionOpMissing:
 		r.reply(m, bus.Rejected(teamster.Errorf(teamster.CodeInvalidRequest, "the session has no record; create it first")))
 		return

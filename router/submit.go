@@ -188,8 +188,8 @@ func (r *Router) submit(m *nats.Msg, delegate string) {
 			"submit it again with the same attemptId to learn its fate (a resubmit never runs it twice)"))
 		return
 	}
-	if r.debug {
-		log().WithField("harness", d.HarnessID).Debug("accepted")
+	if r.steps.Enabled() {
+		r.steps.Log(log().WithFields(logrus.Fields{"harness": d.HarnessID, "reason": d.Reason}), "accepted")
 	}
 	r.countSubmit(bus.StatusAccepted, nil)
 	r.respond(m, replyBody)

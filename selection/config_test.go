@@ -479,3 +479,26 @@ func TestNilPolicyResolvesAuto(t *testing.T) {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
+
+// The digest follows what the policy decides, not how its file is written.
+func TestPolicyDigest(t *testing.T) {
+	a := mustPolicy(t, `{"models":{"providers":{"openai":{"agentRuntime":{"id":"codex"}}}}}`)
+	b := mustPolicy(t, "{\n  \"models\": {\"providers\": {\"openai\": {\"agentRuntime\": {\"id\": \"codex\"}}}},\n  \"unrelated\": 1\n}")
+	c := mustPolicy(t, `{"models":{"providers":{"openai":{"agentRuntime":{"id":"claude-cli"}}}}}`)
+	d := mustPolicy(t, `{"agents":{"defaults":{"models":{"openai/gpt-5":{"agentRuntime":{"id":"codex"}}}}}}`)
+	var none *Policy
+	if a.Digest() != b.Digest() {
+		t.Errorf("same decisions, different digests: %s, %s", a.Digest(), b.Digest())
+	}
+	seen := map[string]string{}
+	for name, p := range map[string]*Policy{"a": a, "c": c, "d": d, "nil": none} {
+		dg := p.Digest()
+		if len(dg) != 12 {
+			t.Errorf("%s: digest %q is not 12 hex digits", name, dg)
+		}
+		if other, ok := seen[dg]; ok {
+			t.Errorf("policies %s and %s share digest %s", name, other, dg)
+		}
+		seen[dg] = name
+	}
+}

@@ -162,6 +162,13 @@ func (w *Worker) claim(msg jetstream.Msg, harnessID string, h *hosted) {
 		delegate := msg.Headers().Get(bus.HeaderDelegate)
 		r := w.newRun(a, harnessID, h, lease, delegate)
 		r.session = res.Session
+		if w.steps.Enabled() {
+			l := r.log()
+			if delegate != "" {
+				l = l.WithField("delegate", delegate)
+			}
+			w.steps.Log(l, "claimed")
+		}
 		started = true
 		r.execute()
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/sirupsen/logrus"
 
 	"github.com/teamster-fleet/teamster"
 	"github.com/teamster-fleet/teamster/bus"
@@ -119,12 +120,17 @@ func (r *run) confirm(ctx context.Context) {
 // subjects), with the result event as its last event when send is set. It
 // reports whether it sent the event (a nil body counts and sends nothing).
 func (r *run) conclude(body []byte, status teamster.Status, send bool) bool {
+	took := time.Since(r.started)
 	r.w.m.Finished.WithLabelValues(r.harnessID, string(status)).Inc()
-	r.w.m.RunDuration.WithLabelValues(r.harnessID).Observe(time.Since(r.started).Seconds())
+	r.w.m.RunDuration.WithLabelValues(r.harnessID).Observe(took.Seconds())
 	if !send {
 		body = nil
 	}
-	return r.closeEvents(body)
+	sent := r.closeEvents(body)
+	if r.w.steps.Enabled() {
+		r.w.steps.Log(r.log().WithFields(logrus.Fields{"status": status, "took": took.Round(time.Millisecond), "event_sent": sent}), "delivered")
+	}
+	return sent
 }
 
 // deliverOrphan answers an attempt that cannot be run and has no record

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/sirupsen/logrus"
 
 	"github.com/teamster-fleet/teamster"
 	"github.com/teamster-fleet/teamster/bus"
@@ -104,6 +105,9 @@ func (r *run) record(ctx context.Context, res *bus.Result) recording {
 		r.log().Warn("finish failed and the lease is no longer current: " + err.Error())
 		return r.abandon(ctx, r.leaseLostResult("the worker could not record the outcome before its lease ran out: "+err.Error()))
 	case st == leases.Finished:
+		if r.w.steps.Enabled() {
+			r.w.steps.Log(r.log().WithFields(finishFields(res)), "finished")
+		}
 		return recording{kind: recorded, body: body, status: res.Status}
 	case st == leases.FinishAlready:
 		r.log().Warn("the attempt already had an outcome (the fleet recorded one first); this run's result is dropped")
@@ -111,6 +115,16 @@ func (r *run) record(ctx context.Context, res *bus.Result) recording {
 	default: // fenced or missing: the lease was lost before the commit
 		return r.abandon(ctx, r.leaseLostResult("the lease was lost before the outcome could be committed ("+string(st)+")"))
 	}
+}
+
+// finishFields are the fields of a finish's log line: status, and the code
+// of an error.
+func finishFields(res *bus.Result) logrus.Fields {
+	f := logrus.Fields{"status": res.Status}
+	if res.Error != nil {
+		f["code"] = res.Error.Code
+	}
+	return f
 }
 
 // abandon records an error outcome for a run that lost its lease, unless the
@@ -132,6 +146,9 @@ func (r *run) abandon(ctx context.Context, res *bus.Result) recording {
 		r.log().Error("could not record the lost run's outcome; the reaper will answer it: " + err.Error())
 		return recording{kind: dropped}
 	case st == leases.Finished:
+		if r.w.steps.Enabled() {
+			r.w.steps.Log(r.log().WithFields(finishFields(res)), "finished after losing the lease")
+		}
 		return recording{kind: recorded, body: body, status: res.Status}
 	case st == leases.FinishMissing:
 		// Redis lost the record: the durable stream alone decides.

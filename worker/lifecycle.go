@@ -188,7 +188,7 @@ func (w *Worker) start(ctx context.Context) error {
 	// answer in time: the setup is tried again for a while, logged.
 	warn := func(err error) { w.log.Warn("JetStream setup not done yet; trying again: " + err.Error()) }
 	var kv jetstream.KeyValue
-	err := bus.RetryTransient(ctx, setupBudget, warn, func() error {
+	err := bus.RetryTransient(ctx, setupBudget, warn, func(ctx context.Context) error {
 		var err error
 		kv, err = bus.Ensure(ctx, w.js, w.streams)
 		return err
@@ -200,7 +200,7 @@ func (w *Worker) start(ctx context.Context) error {
 		return fmt.Errorf("worker: redis: %w", err)
 	}
 	for id, h := range w.harnesses {
-		err := bus.RetryTransient(ctx, setupBudget, warn, func() error {
+		err := bus.RetryTransient(ctx, setupBudget, warn, func(ctx context.Context) error {
 			var err error
 			h.consumer, err = bus.EnsureHarnessConsumer(ctx, w.js, id)
 			return err

@@ -106,16 +106,10 @@ func (r *registry) remove(ctx context.Context) {
 }
 
 // observe refreshes the gauges that are read rather than counted: slots in
-// use, leases held, and each hosted harness's queue depth from its consumer.
-func (w *Worker) observe(ctx context.Context) {
-	w.m.SlotsUsed.Set(float64(len(w.fetch.slots)))
+// use (the runs in flight, as the registry entry reports them) and leases
+// held. Queue figures describe the fleet, not a worker: one router exports
+// them (teamster_queue_attempts).
+func (w *Worker) observe(context.Context) {
+	w.m.SlotsUsed.Set(float64(w.InFlight()))
 	w.m.LeasesHeld.Set(float64(w.keep.Len()))
-	for id, h := range w.harnesses {
-		if h.consumer == nil {
-			continue
-		}
-		if info, err := h.consumer.Info(ctx); err == nil {
-			w.m.QueueDepth.WithLabelValues(id).Set(float64(info.NumPending + uint64(info.NumAckPending)))
-		}
-	}
 }

@@ -57,6 +57,10 @@ type Params struct {
 	// stay in Redis; 0 is leases.FinishedTTL. Give routers and workers the
 	// same value.
 	AttemptRetention time.Duration
+	// QuietAttempts logs each attempt's steps (claimed, finished,
+	// delivered) at debug instead of info, for fleets whose rates make a
+	// line per step too much.
+	QuietAttempts bool
 	// Version is the worker's build version, advertised in its registry
 	// entry; empty leaves it out.
 	Version string
@@ -78,6 +82,7 @@ type Worker struct {
 	id        string
 	log       logrus.FieldLogger
 	debug     bool // log logs at debug level
+	steps     logging.Lifecycle
 	m         *metrics.Worker
 	nc        *nats.Conn
 	js        jetstream.JetStream
@@ -137,7 +142,7 @@ func New(p Params) (*Worker, error) {
 	}
 	w := &Worker{m: p.Metrics, streams: p.Streams, version: p.Version,
 		cfg: p.Config, id: p.Config.WorkerID, nc: p.NATS, js: js, rdb: p.Redis,
-		store: leases.NewStore(p.Redis, leases.WithRetention(p.AttemptRetention)), log: log, debug: logging.DebugEnabled(log),
+		store: leases.NewStore(p.Redis, leases.WithRetention(p.AttemptRetention)), log: log, debug: logging.DebugEnabled(log), steps: logging.NewLifecycle(log, p.QuietAttempts),
 		harnesses: map[string]*hosted{},
 		life:      newLifecycle(),
 		fetch:     newFetcher(p.Config.Slots),
@@ -174,6 +179,7 @@ func New(p Params) (*Worker, error) {
 			return nil, fmt.Errorf("worker: harness %s: %w", hc.ID, err)
 		}
 		w.harnesses[hc.ID] = &hosted{impl: impl}
+		w.m.Hosting(hc.ID)
 	}
 	w.runCtx, w.cancelAll = context.WithCancelCause(context.Background())
 	return w, nil

@@ -23,9 +23,11 @@ func main() {
 	var (
 		common        cmdutil.Common
 		runtimeConfig string
+		routerID      string
 		metricsAddr   string
 		replicas      int
 		retention     func() (time.Duration, error)
+		quietSteps    func() (bool, error)
 	)
 	cmd := &cobra.Command{
 		Use:     "router",
@@ -39,12 +41,18 @@ answers queue_timeout and worker_lost. Any number of routers may run.
 
 SIGINT or SIGTERM stops serving, finishes the requests in hand and exits 0.`,
 		SilenceUsage: true,
+		// main prints the error, once.
+		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := common.Logger()
 			if err != nil {
 				return err
 			}
 			keep, err := retention()
+			if err != nil {
+				return err
+			}
+			quiet, err := quietSteps()
 			if err != nil {
 				return err
 			}
@@ -66,7 +74,7 @@ SIGINT or SIGTERM stops serving, finishes the requests in hand and exits 0.`,
 			defer rdb.Close()
 			reg := cmdutil.Registry()
 			r, err := router.New(router.Params{NATS: nc, Redis: rdb, Policy: policy, Logger: log, Metrics: metrics.NewRouter(reg),
-				Streams: bus.StreamOptions{Replicas: replicas}, AttemptRetention: keep})
+				Streams: bus.StreamOptions{Replicas: replicas}, AttemptRetention: keep, RouterID: routerID, Version: cmdutil.Version(), QuietAttempts: quiet})
 			if err != nil {
 				return err
 			}
@@ -91,8 +99,11 @@ SIGINT or SIGTERM stops serving, finishes the requests in hand and exits 0.`,
 	cmdutil.AddMetricsAddr(cmd.Flags(), &metricsAddr)
 	cmdutil.AddReplicas(cmd.Flags(), &replicas)
 	retention = cmdutil.AddRetention(cmd.Flags())
+	quietSteps = cmdutil.AddAttemptLogLevel(cmd.Flags())
 	cmd.Flags().StringVar(&runtimeConfig, "runtime-config", cmdutil.Env(cmdutil.EnvRuntimeConfig, ""),
 		"OpenClaw-format runtime policy JSON (env "+cmdutil.EnvRuntimeConfig+")")
+	cmd.Flags().StringVar(&routerID, "router-id", cmdutil.Env(cmdutil.EnvRouterID, ""),
+		"the router's id in the registry (KV TEAMSTER_ROUTERS), logs and metrics; default r-<ULID> (env "+cmdutil.EnvRouterID+")")
 	if err := cmd.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "router:", err)
 		os.Exit(1)

@@ -111,6 +111,17 @@ func runDev(ctx context.Context, out io.Writer, common *cmdutil.Common, o devOpt
 	natsURL := f.nats.ClientURL()
 	fmt.Fprintf(out, "teamster dev\n  nats     %s (JetStream)\n  redis    %s\n  router   1\n  workers  %d\n  host     %q with tools clock, echo (attempts with \"hostId\": %q can call them)\n\n",
 		natsURL, f.redisURL, len(f.fleet.Workers()), devHostID, devHostID)
+	if !o.demo {
+		fmt.Fprintln(out, "  metrics (/metrics, /healthz, /readyz)")
+		names := []string{"router"}
+		for _, w := range f.fleet.Workers() {
+			names = append(names, w.ID())
+		}
+		for _, n := range names {
+			fmt.Fprintf(out, "    %-7s %s/metrics\n", n, f.fleet.MetricsURL(n))
+		}
+		fmt.Fprintln(out)
+	}
 	if o.demo {
 		return playDemo(ctx, out, natsURL)
 	}
@@ -154,8 +165,9 @@ func startDev(ctx context.Context, log *logrus.Logger, o devOptions) (*devFleet,
 		NATSURL: f.nats.ClientURL(), Redis: redisCfg, NamePrefix: "teamster-dev-", Logger: log,
 		// A redis-server dev started a moment ago: no lease from before can
 		// exist, so no quarantine after its "data loss".
-		Workers:   fleet.WorkerTuning{FreshRedis: f.redis != nil},
-		DrainWait: 30 * time.Second,
+		Workers:      fleet.WorkerTuning{FreshRedis: f.redis != nil},
+		DrainWait:    30 * time.Second,
+		ServeMetrics: true,
 	})
 	if _, err := f.fleet.StartRouter(ctx, fleet.RouterOptions{Policy: policy}); err != nil {
 		return f, err

@@ -61,16 +61,17 @@ finished.`,
 				return err
 			}
 			defer nc.Close()
+			out := cmd.OutOrStdout()
+			// The drain request has a timeout of its own: a worker that
+			// is stopped (SIGSTOP) or cut off does not answer.
+			rctx, rcancel := context.WithTimeout(context.Background(), controlTimeout)
+			rep, err := control(rctx, nc, args[0], bus.ControlDrain)
+			rcancel()
+			if err != nil {
+				return &exitError{1, controlError(args[0], "drain", err)}
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
-			out := cmd.OutOrStdout()
-			rep, err := control(ctx, nc, args[0], bus.ControlDrain)
-			if err != nil {
-				if errors.Is(err, nats.ErrNoResponders) {
-					return &exitError{1, fmt.Errorf("worker %s is not running (no answer on its control subject)", args[0])}
-				}
-				return &exitError{1, err}
-			}
 			fmt.Fprintf(out, "worker %s: %s, %d running\n", args[0], rep.State, rep.Running)
 			if !wait {
 				return nil
@@ -82,7 +83,9 @@ finished.`,
 					return &exitError{1, fmt.Errorf("worker %s still draining after %s", args[0], timeout)}
 				case <-time.After(500 * time.Millisecond):
 				}
-				rep, err := control(ctx, nc, args[0], bus.ControlStatus)
+				rctx, rcancel := context.WithTimeout(ctx, controlTimeout)
+				rep, err := control(rctx, nc, args[0], bus.ControlStatus)
+				rcancel()
 				if errors.Is(err, nats.ErrNoResponders) {
 					fmt.Fprintf(out, "worker %s: stopped\n", args[0])
 					return nil
@@ -101,7 +104,7 @@ finished.`,
 		},
 	}
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the worker has stopped")
-	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Minute, "give up waiting after this long")
+	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Minute, "with --wait, give up waiting for the worker to stop after this long")
 	return cmd
 }
 
@@ -119,19 +122,30 @@ resumed.`,
 				return err
 			}
 			defer nc.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), controlTimeout)
 			defer cancel()
 			rep, err := control(ctx, nc, args[0], bus.ControlResume)
 			if err != nil {
-				if errors.Is(err, nats.ErrNoResponders) {
-					return &exitError{1, fmt.Errorf("worker %s is not running", args[0])}
-				}
-				return &exitError{1, err}
+				return &exitError{1, controlError(args[0], "resume", err)}
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "worker %s: %s, %d running\n", args[0], rep.State, rep.Running)
 			return nil
 		},
 	}
+}
+
+// controlTimeout bounds one request to a worker's control subject.
+const controlTimeout = 10 * time.Second
+
+// controlError says why a worker did not take a control request.
+func controlError(workerID, op string, err error) error {
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return fmt.Errorf("%s %s: the worker is not running (nothing serves teamster.worker.%s.control)", op, workerID, workerID)
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+		return fmt.Errorf("%s %s: no answer within %s (the worker is stopped, overloaded or cut off from NATS; a stopped worker still takes the request when it runs again)", op, workerID, controlTimeout)
+	}
+	return fmt.Errorf("%s %s: %w", op, workerID, err)
 }
 
 // cliConn connects the CLI to NATS, logging nothing itself.

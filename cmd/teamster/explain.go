@@ -3,11 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/teamster-fleet/teamster"
 	"github.com/teamster-fleet/teamster/bus"
 	"github.com/teamster-fleet/teamster/internal/cmdutil"
 	"github.com/teamster-fleet/teamster/selection"
@@ -59,12 +62,17 @@ Exit codes: 0 a harness or the embedded runtime is selected; 1 selection fails
 				}
 			}
 			out := cmd.OutOrStdout()
+			var notes []string
 			if !offline {
-				live, err := liveManifests(common)
+				live, digests, err := liveManifests(common)
 				if err != nil {
-					fmt.Fprintf(out, "registry   not read (%v); pass --offline to silence this\n", err)
+					notes = append(notes, fmt.Sprintf("registry not read (%v); pass --offline to silence this", err))
 				} else {
 					manifests = append(manifests, live...)
+				}
+				if len(digests) > 0 && !slices.Contains(digests, policy.Digest()) {
+					notes = append(notes, fmt.Sprintf("the routers run runtime policy %s, not this one (%s): submitted, the attempt may be answered differently",
+						strings.Join(digests, ", "), policy.Digest()))
 				}
 			}
 			d, serr := selection.Select(policy, selection.Facts{
@@ -72,7 +80,22 @@ Exit codes: 0 a harness or the embedded runtime is selected; 1 selection fails
 				AgentHarnessID: a.AgentHarnessID, AgentHarnessRuntimeOverride: a.AgentHarnessRuntimeOverride,
 				Routes: a.SelectionRoutes(),
 			}, manifests)
-			printSelection(out, &d.Record, serr)
+			if outputJSON() {
+				v := struct {
+					Selection *selection.Record `json:"selection"`
+					Error     *teamster.Error   `json:"error,omitempty"`
+					Notes     []string          `json:"notes,omitempty"`
+				}{&d.Record, nil, notes}
+				if serr != nil {
+					v.Error = teamster.AsError(serr)
+				}
+				printJSON(out, v)
+			} else {
+				for _, n := range notes {
+					fmt.Fprintf(out, "warning    %s\n", n)
+				}
+				printSelection(out, &d.Record, serr)
+			}
 			if serr != nil {
 				return &exitError{1, fmt.Errorf("")}
 			}
@@ -87,26 +110,36 @@ Exit codes: 0 a harness or the embedded runtime is selected; 1 selection fails
 }
 
 // liveManifests reads the harnesses live workers advertise.
-func liveManifests(common *cmdutil.Common) ([]selection.Manifest, error) {
+// liveManifests reads the manifests live workers advertise, and the policy
+// digests the live routers run.
+func liveManifests(common *cmdutil.Common) ([]selection.Manifest, []string, error) {
 	log, err := common.Logger()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	log.SetLevel(0) // panic only: the CLI reports the error itself
 	nc, err := common.ConnectNATS("teamster-cli", log)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	entries, err := bus.ReadRegistry(ctx, js)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return bus.LiveManifests(entries), nil
+	var digests []string
+	if routers, err := bus.ReadRouters(ctx, js); err == nil {
+		for _, r := range routers {
+			if !slices.Contains(digests, r.PolicyDigest) {
+				digests = append(digests, r.PolicyDigest)
+			}
+		}
+	}
+	return bus.LiveManifests(entries), digests, nil
 }

@@ -38,6 +38,15 @@ TEAMSTER_REDIS_URL, TEAMSTER_LOG_LEVEL, TEAMSTER_LOG_FORMAT.`,
 		SilenceErrors: true,
 	}
 	cmdutil.AddCommon(root.PersistentFlags(), &common)
+	root.PersistentFlags().StringVarP(&output, "output", "o", "table", "output format: table (for people) or json (for scripts: stable field names, times as RFC 3339 …At, durations as …Ms)")
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if output != "table" && output != "json" {
+			return fmt.Errorf("--output %q: want table or json", output)
+		}
+		// Checks the log flags, and sends go-redis's lines to the logger.
+		_, err := common.Logger()
+		return err
+	}
 	root.AddCommand(
 		devCmd(&common),
 		submitCmd(&common),
@@ -46,6 +55,10 @@ TEAMSTER_REDIS_URL, TEAMSTER_LOG_LEVEL, TEAMSTER_LOG_FORMAT.`,
 		cancelCmd(&common),
 		sessionCmd(&common),
 		statusCmd(&common),
+		attemptsCmd(&common),
+		attemptCmd(&common),
+		sessionsCmd(&common),
+		healthCmd(),
 		drainCmd(&common),
 		resumeCmd(&common),
 		injectCmd(&common),
@@ -72,6 +85,12 @@ TEAMSTER_REDIS_URL, TEAMSTER_LOG_LEVEL, TEAMSTER_LOG_FORMAT.`,
 		os.Exit(code)
 	}
 }
+
+// output is the --output format: table or json.
+var output = "table"
+
+// outputJSON says the output is JSON.
+func outputJSON() bool { return output == "json" }
 
 // requireSubcommand is the RunE of a command that only groups subcommands:
 // without one, or with an unknown one, it fails (exit 1) instead of printing

@@ -28,6 +28,7 @@ client is still connected. With --wait it waits for the result to appear.
 Exit codes: 0 an ok result; 1 no result (or an error); 2 a result that is not ok.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			asJSON = asJSON || outputJSON()
 			var res *bus.Result
 			// The first read has the CLI's own budget; --wait bounds the
 			// waiting after it, and nothing else does.
@@ -64,6 +65,7 @@ Exit codes: 0 an ok result; 1 no result (or an error); 2 a result that is not ok
 	}
 	cmd.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for the result to appear")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
+	_ = cmd.Flags().MarkHidden("json") // -o json says it for every command
 	return cmd
 }
 

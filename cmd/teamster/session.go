@@ -9,13 +9,16 @@ import (
 	"github.com/teamster-fleet/teamster/bus"
 	"github.com/teamster-fleet/teamster/client"
 	"github.com/teamster-fleet/teamster/internal/cmdutil"
+	"github.com/teamster-fleet/teamster/leases"
 )
 
 func sessionCmd(common *cmdutil.Common) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "session reset|delete|archive <sessionKey>",
-		Short: "Owner operations on a session's record",
-		Long: `session runs an owner-only operation on a session's record (teamster.session.<op>):
+		Use:   "session show|reset|delete|archive <sessionKey>",
+		Short: "Inspect a session, or run an owner operation on its record",
+		Long: `session show prints a session's record, lease and order (see 'session show
+--help'). The other subcommands run an owner-only operation on the record
+(teamster.session.<op>):
 
   reset    clear the native binding and the model-selection lock; with
            --session-id, record the new OpenClaw session id; the pinned
@@ -28,6 +31,7 @@ Delegates can never run them (owner_only).`,
 		Args: cobra.ArbitraryArgs,
 		RunE: requireSubcommand,
 	}
+	cmd.AddCommand(sessionShowCmd(common))
 	for _, op := range []string{"reset", "delete", "archive"} {
 		var sessionID string
 		sub := &cobra.Command{
@@ -35,13 +39,24 @@ Delegates can never run them (owner_only).`,
 			Short: op + " a session's record",
 			Args:  cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
+				found := true
 				err := withClient(common, cliTimeout, func(ctx context.Context, c *client.Client) error {
-					return c.SessionOp(ctx, op, bus.SessionOp{SessionKey: args[0], SessionID: sessionID})
+					var err error
+					found, err = c.SessionOpFound(ctx, op, bus.SessionOp{SessionKey: args[0], SessionID: sessionID})
+					return err
 				})
 				if err != nil {
-					return &exitError{1, err}
+					return &exitError{1, fmt.Errorf("session %s: %s: %w", args[0], op, err)}
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "session %s: %s done\n", args[0], op)
+				if outputJSON() {
+					printJSON(cmd.OutOrStdout(), map[string]any{"sessionKey": args[0], "sessionTag": leases.Tag(args[0]), "op": op, "found": found})
+				}
+				if !found {
+					return &exitError{1, fmt.Errorf("session %s (%s) has no record: nothing to %s", args[0], leases.Tag(args[0]), op)}
+				}
+				if !outputJSON() {
+					fmt.Fprintf(cmd.OutOrStdout(), "session %s (%s): %s done\n", args[0], leases.Tag(args[0]), op)
+				}
 				return nil
 			},
 		}

@@ -37,6 +37,7 @@ submit was rejected or failed; 2 the result is not ok (error, timeout,
 cancelled).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			asJSON = asJSON || outputJSON()
 			if file == "" {
 				return fmt.Errorf("-f is required (a prepared attempt JSON file, or - for standard input)")
 			}
@@ -90,6 +91,7 @@ cancelled).`,
 	cmd.Flags().StringVarP(&file, "file", "f", "", "prepared attempt JSON file (- for standard input)")
 	cmd.Flags().BoolVar(&follow, "follow", false, "stream the attempt's events and wait for its result")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the reply, events and result as JSON lines")
+	_ = cmd.Flags().MarkHidden("json") // -o json says it for every command
 	cmd.Flags().DurationVar(&timeout, "timeout", 15*time.Minute, "give up waiting after this long")
 	return cmd
 }
@@ -107,9 +109,39 @@ func readAttempt(file string) (*bus.Attempt, error) {
 	}
 	var a bus.Attempt
 	if err := json.Unmarshal(b, &a); err != nil {
-		return nil, fmt.Errorf("%s: %w", file, err)
+		return nil, jsonFileError(file, b, err)
 	}
 	return &a, nil
+}
+
+// jsonFileError names where in the file JSON decoding failed: the line and
+// column of a syntax error or of a value of the wrong type.
+func jsonFileError(file string, b []byte, err error) error {
+	if file == "-" {
+		file = "standard input"
+	}
+	var offset int64 = -1
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		offset = se.Offset - 1 // the offending byte itself
+	case errors.As(err, &te):
+		offset = te.Offset
+		err = fmt.Errorf("field %s: want %s, got %s", te.Field, te.Type, te.Value)
+	}
+	if offset < 0 || offset > int64(len(b)) {
+		return fmt.Errorf("%s: not a prepared attempt: %w", file, err)
+	}
+	line, col := 1, 1
+	for _, c := range b[:offset] {
+		if c == '\n' {
+			line, col = line+1, 1
+		} else {
+			col++
+		}
+	}
+	return fmt.Errorf("%s:%d:%d: not a prepared attempt: %w", file, line, col, err)
 }
 
 // followAttempt prints the events of h until its result.

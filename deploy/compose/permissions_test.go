@@ -316,7 +316,7 @@ func TestGatewayCannotChangeJetStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bus.Setup(ctx, rjs, bus.StreamOptions{}); err != nil {
+	if _, _, err := bus.Setup(ctx, rjs, bus.StreamOptions{}); err != nil {
 		t.Fatalf("the router cannot set up JetStream: %v", err)
 	}
 	res := &bus.Result{V: bus.Version, AttemptID: "a1", Status: "ok", AssistantTexts: []string{"hi"}}

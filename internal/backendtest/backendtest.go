@@ -42,7 +42,7 @@ func Start(t testing.TB) *Backends {
 	nc, js := testenv.NewNATS(t).JetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := bus.Setup(ctx, js, bus.StreamOptions{}); err != nil {
+	if _, _, err := bus.Setup(ctx, js, bus.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.NewRedis(t).Addr()})

@@ -36,6 +36,7 @@ const (
 	EnvLogFormat     = "TEAMSTER_LOG_FORMAT"
 	EnvMetricsAddr   = "TEAMSTER_METRICS_ADDR"
 	EnvRuntimeConfig = "TEAMSTER_RUNTIME_CONFIG"
+	EnvRouterID      = "TEAMSTER_ROUTER_ID"
 	EnvWorkerConfig  = "TEAMSTER_WORKER_CONFIG"
 	EnvReplicas      = "TEAMSTER_STREAM_REPLICAS"
 	EnvRetention     = "TEAMSTER_ATTEMPT_RETENTION"
@@ -152,7 +153,19 @@ func (c *Common) Logger() (*logrus.Logger, error) {
 		return nil, fmt.Errorf("--log-format %q: want text or json", c.LogFormat)
 	}
 	l.SetOutput(os.Stderr)
+	// go-redis logs through the same logger, in its format. At debug: every
+	// failure it logs (a dial that failed, a pool that could not connect)
+	// also reaches its caller as an error, which logs it with its context,
+	// and printing both says the same thing twice.
+	redis.SetLogger(redisLog{l.WithField("component", "redis")})
 	return l, nil
+}
+
+// redisLog is go-redis's logger on logrus.
+type redisLog struct{ l logrus.FieldLogger }
+
+func (r redisLog) Printf(_ context.Context, format string, args ...any) {
+	r.l.Debug(strings.TrimSpace(fmt.Sprintf(format, args...)))
 }
 
 // ConnectNATS connects to NATS and keeps reconnecting forever, logging
@@ -387,6 +400,29 @@ func AddRetention(fs *pflag.FlagSet) func() (time.Duration, error) {
 			return 0, fmt.Errorf("--attempt-retention %q (env %s): %w", v, EnvRetention, err)
 		}
 		return d, nil
+	}
+}
+
+// EnvAttemptLogLevel is the environment variable of --attempt-log-level.
+const EnvAttemptLogLevel = "TEAMSTER_ATTEMPT_LOG_LEVEL"
+
+// AddAttemptLogLevel registers --attempt-log-level (env
+// TEAMSTER_ATTEMPT_LOG_LEVEL): the level of the line a router logs for each
+// accepted attempt and a worker for each claim, finish and delivery. The
+// returned function says whether it is debug (quiet), or why the value is
+// wrong.
+func AddAttemptLogLevel(fs *pflag.FlagSet) func() (quiet bool, err error) {
+	var v string
+	fs.StringVar(&v, "attempt-log-level", Env(EnvAttemptLogLevel, "info"),
+		"level of the per-attempt lines (accepted; claimed, finished, delivered): info, or debug for fleets whose rates make a line per step too much (env "+EnvAttemptLogLevel+")")
+	return func() (bool, error) {
+		switch strings.ToLower(v) {
+		case "info", "":
+			return false, nil
+		case "debug":
+			return true, nil
+		}
+		return false, fmt.Errorf("--attempt-log-level %q (env %s): want info or debug", v, EnvAttemptLogLevel)
 	}
 }
 

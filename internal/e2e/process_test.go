@@ -229,8 +229,8 @@ func TestProcesses(t *testing.T) {
 	if took := time.Since(began); code != 1 || !strings.Contains(out, "no result for 01M8ZZZZZZZZZZZZZZZZZZZZZZ within 1s") || took > 8*time.Second {
 		t.Fatalf("result --wait 1s of an unknown attempt exited %d after %s:\n%s", code, took, out)
 	}
-	if out, code := teamsterCLI("session", "show", "agent:main:x"); code != 1 || !strings.Contains(out, `unknown command "show"`) {
-		t.Fatalf("session show exited %d:\n%s", code, out)
+	if out, code := teamsterCLI("session", "frobnicate", "agent:main:x"); code != 1 || !strings.Contains(out, `unknown command "frobnicate"`) {
+		t.Fatalf("session frobnicate exited %d:\n%s", code, out)
 	}
 	// `teamster drain --wait` drains worker 1 through its control subject;
 	// SIGTERM drains worker 2. Both processes exit 0.

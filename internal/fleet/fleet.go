@@ -205,9 +205,9 @@ func (f *Fleet) StartRouter(ctx context.Context, o RouterOptions) (*router.Route
 	if err != nil {
 		return nil, err
 	}
-	reg := prometheus.NewRegistry()
+	reg := cmdutil.Registry()
 	r, err := router.New(router.Params{NATS: nc, Redis: rdb, Policy: o.Policy, Logger: f.log.WithField("proc", "router"),
-		ReaperInterval: o.ReaperInterval, Metrics: metrics.NewRouter(reg), Streams: f.opts.Streams})
+		ReaperInterval: o.ReaperInterval, Metrics: metrics.NewRouter(reg), Streams: f.opts.Streams, Version: cmdutil.Version()})
 	if err != nil {
 		return nil, err
 	}
@@ -244,7 +244,7 @@ func (f *Fleet) StartWorker(ctx context.Context, cfg *worker.Config) (*worker.Wo
 		nc.Close()
 		rdb.Close()
 	}
-	reg := prometheus.NewRegistry()
+	reg := cmdutil.Registry()
 	w, err := worker.New(worker.Params{Config: cfg, NATS: nc, Redis: rdb, Logger: f.log.WithField("proc", cfg.WorkerID),
 		Env: worker.FactoryEnv{Ledger: f.opts.Test.Ledger}, Metrics: metrics.NewWorker(reg), Streams: f.opts.Streams,
 		Version: cmdutil.Version()})

@@ -25,12 +25,38 @@ type Router struct {
 	Adopted   prometheus.Counter     // records made to agree with the durable result
 	NodeMarks prometheus.Counter     // slots whose Redis node the routers saw change
 	Injected  *prometheus.CounterVec // inject requests routed, by outcome
+	// Queue is the attempts waiting per harness and state (QueueUndelivered,
+	// QueueHeld); one router at a time exports it (router/heartbeat.go).
+	Queue *prometheus.GaugeVec
+	// Policy is 1, labelled with the digest of the runtime policy the
+	// router selects with.
+	Policy *prometheus.GaugeVec
 }
+
+// The states of teamster_queue_attempts.
+const (
+	// QueueUndelivered attempts are in the stream, fetched by no worker yet
+	// (no free slot on a worker hosting the harness).
+	QueueUndelivered = "undelivered"
+	// QueueHeld attempts were delivered and wait for their session's earlier
+	// turn to end (or are being claimed right now).
+	QueueHeld = "held"
+)
+
+// Label values every router and worker exports from the start, so that
+// dashboards and alert rules find series before the first event.
+var (
+	submitStatuses = []string{"accepted", "fallback", "rejected"}
+	rejectCodes    = []string{"invalid_request", "payload_too_large", "harness_not_registered", "harness_unsupported_route",
+		"delegation_denied", "owner_only", "internal"}
+	reapOutcomes   = []string{"queue_timeout", "worker_lost"}
+	resultStatuses = []string{"ok", "error", "cancelled", "timeout"}
+)
 
 // NewRouter registers the router's metrics on reg.
 func NewRouter(reg prometheus.Registerer) *Router {
 	f := factory(reg)
-	return &Router{
+	r := &Router{
 		Submitted: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: "router", Name: "attempts_submitted_total",
 			Help: "Submits answered, by reply status (accepted, fallback, rejected)."}, []string{"status"}),
 		Rejected: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: "router", Name: "attempts_rejected_total",
@@ -45,6 +71,33 @@ func NewRouter(reg prometheus.Registerer) *Router {
 			Help: "Hash slots whose serving Redis node the router saw change (a failover, restart or data loss): their sessions' next fence epochs wait the quarantine."}),
 		Injected: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: "router", Name: "injections_total",
 			Help: "Inject requests the router routed, by outcome (accepted or an error code)."}, []string{"outcome"}),
+		Queue: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "queue_attempts",
+			Help: "Attempts waiting, by harness and state: undelivered (fetched by no worker yet: no free slot) or held (delivered, waiting behind an earlier turn of their session). Exported by one router at a time, the live router with the lowest id, so sums across routers are the fleet's figure."},
+			[]string{"harness", "state"}),
+		Policy: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Subsystem: "router", Name: "policy_info",
+			Help: "Always 1; its label is the digest of the runtime policy the router selects with. Routers with different digests answer one submit differently."},
+			[]string{"digest"}),
+	}
+	for _, s := range submitStatuses {
+		r.Submitted.WithLabelValues(s)
+	}
+	for _, c := range rejectCodes {
+		r.Rejected.WithLabelValues(c)
+	}
+	for _, o := range reapOutcomes {
+		r.Reaped.WithLabelValues(o)
+	}
+	return r
+}
+
+// Hosting gives the per-harness series of a worker's hosted harness their
+// zero values, so that they exist before its first attempt.
+func (w *Worker) Hosting(harnessID string) {
+	w.Claimed.WithLabelValues(harnessID)
+	w.ClaimWait.WithLabelValues(harnessID)
+	w.RunDuration.WithLabelValues(harnessID)
+	for _, s := range resultStatuses {
+		w.Finished.WithLabelValues(harnessID, s)
 	}
 }
 
@@ -60,7 +113,6 @@ type Worker struct {
 	State        *prometheus.GaugeVec   // 1 for the current state
 	SlotsTotal   prometheus.Gauge
 	SlotsUsed    prometheus.Gauge
-	QueueDepth   *prometheus.GaugeVec // pending attempts per hosted harness, from its consumer
 	LeasesHeld   prometheus.Gauge
 	RenewRounds  prometheus.Counter
 	RenewLatency prometheus.Histogram
@@ -92,9 +144,7 @@ func NewWorker(reg prometheus.Registerer) *Worker {
 		SlotsTotal: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Subsystem: "worker", Name: "slots",
 			Help: "Run slots."}),
 		SlotsUsed: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Subsystem: "worker", Name: "slots_used",
-			Help: "Run slots in use (attempts running or being claimed)."}),
-		QueueDepth: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Subsystem: "worker", Name: "queue_depth",
-			Help: "Attempts waiting in the harness's consumer (pending plus awaiting redelivery)."}, []string{"harness"}),
+			Help: "Run slots in use: attempts this worker runs (claimed, not yet delivered)."}),
 		LeasesHeld: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Subsystem: "worker", Name: "leases_held",
 			Help: "Session leases held."}),
 		RenewRounds: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Subsystem: "worker", Name: "lease_renew_rounds_total",

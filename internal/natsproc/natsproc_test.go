@@ -83,8 +83,17 @@ func TestClusterSurvivesTheLossOfTheStreamLeader(t *testing.T) {
 	}
 	const before = 10
 	for i := 0; i < before; i++ {
-		if _, err := js.Publish(ctx, "t.x", []byte("before")); err != nil {
-			t.Fatal(err)
+		// A stream just created may not have elected its leader yet on a
+		// loaded machine: no responders is answered by trying again.
+		for {
+			_, err := js.Publish(ctx, "t.x", []byte("before"))
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, jetstream.ErrNoStreamResponse) || ctx.Err() != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
 	}
 	leader, err := c.StreamLeader(ctx, "T")

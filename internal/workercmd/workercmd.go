@@ -46,6 +46,7 @@ func Command(hooks TestHooks) *cobra.Command {
 		metricsAddr string
 		replicas    int
 		retention   func() (time.Duration, error)
+		quietSteps  func() (bool, error)
 	)
 	cmd := &cobra.Command{
 		Use:     "worker",
@@ -63,6 +64,8 @@ every running attempt is cancelled with drain_timeout at once (each still
 records its result and releases its lease) and the worker exits 1. A third
 signal exits at once with 1, leaving its leases to expire.`,
 		SilenceUsage: true,
+		// main prints the error, once.
+		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := common.Logger()
 			if err != nil {
@@ -72,6 +75,10 @@ signal exits at once with 1, leaving its leases to expire.`,
 				return fmt.Errorf("--config is required (env %s)", cmdutil.EnvWorkerConfig)
 			}
 			keep, err := retention()
+			if err != nil {
+				return err
+			}
+			quiet, err := quietSteps()
 			if err != nil {
 				return err
 			}
@@ -99,7 +106,7 @@ signal exits at once with 1, leaving its leases to expire.`,
 			defer rdb.Close()
 			reg := cmdutil.Registry()
 			w, err := worker.New(worker.Params{Config: cfg, NATS: nc, Redis: rdb, Logger: log, Env: env, Metrics: metrics.NewWorker(reg),
-				Streams: bus.StreamOptions{Replicas: replicas}, AttemptRetention: keep, Version: cmdutil.Version()})
+				Streams: bus.StreamOptions{Replicas: replicas}, AttemptRetention: keep, Version: cmdutil.Version(), QuietAttempts: quiet})
 			if err != nil {
 				return err
 			}
@@ -153,6 +160,7 @@ signal exits at once with 1, leaving its leases to expire.`,
 	cmdutil.AddMetricsAddr(cmd.Flags(), &metricsAddr)
 	cmdutil.AddReplicas(cmd.Flags(), &replicas)
 	retention = cmdutil.AddRetention(cmd.Flags())
+	quietSteps = cmdutil.AddAttemptLogLevel(cmd.Flags())
 	cmd.Flags().StringVar(&configPath, "config", cmdutil.Env(cmdutil.EnvWorkerConfig, ""),
 		"worker config JSON file (env "+cmdutil.EnvWorkerConfig+")")
 	if hooks.Flags != nil {
