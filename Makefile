@@ -34,13 +34,21 @@ deps-core:
 ## deps: deps-core, then what only the full test suite needs, into .tools/:
 ## the pinned Codex CLI (npm) for the codex harness's tests, Node.js 24 and
 ## the pinned openclaw for the OpenClaw plugin's tests (npm and nodejs with
-## apt-get when npm is missing).
+## apt-get when npm is missing); prometheus and promtool for the monitoring
+## assets' tests (deploy/monitoring; Debian's prometheus, with apt-get when
+## either is missing).
 deps: deps-core
 	@if ! command -v npm >/dev/null 2>&1; then \
 		echo "deps: npm not found; installing nodejs and npm with apt-get"; \
 		if [ "$$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi; \
 		$$SUDO apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null; \
+	fi
+	@if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then \
+		echo "deps: promtool or prometheus not found; installing prometheus with apt-get"; \
+		if [ "$$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi; \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
 	fi
 	@sh harness/codex/install.sh
 	@integrations/openclaw/scripts/deps.sh

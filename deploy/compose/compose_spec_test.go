@@ -215,6 +215,10 @@ func (s *composeService) role() string {
 		return "redis"
 	case s.Build != nil && len(s.Command) > 0:
 		return path.Base(s.Command[0])
+	case strings.HasPrefix(s.Image, "prom/prometheus:"):
+		return "prometheus"
+	case strings.HasPrefix(s.Image, "grafana/grafana:"):
+		return "grafana"
 	}
 	return ""
 }

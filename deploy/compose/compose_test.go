@@ -30,9 +30,12 @@ func TestComposeServices(t *testing.T) {
 		"sentinel": {"sentinel-1", "sentinel-2", "sentinel-3"},
 		"router":   {"router-1", "router-2"},
 		"worker":   {"worker-1", "worker-2", "worker-3"},
+		// deploy/monitoring: its own tests check what these two load.
+		"prometheus": {"prometheus"},
+		"grafana":    {"grafana"},
 	}
 	got := map[string][]string{}
-	for _, role := range []string{"nats", "redis", "sentinel", "router", "worker"} {
+	for _, role := range []string{"nats", "redis", "sentinel", "router", "worker", "prometheus", "grafana"} {
 		got[role] = c.byRole(role)
 	}
 	if d := cmp.Diff(want, got); d != "" {
