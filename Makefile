@@ -11,6 +11,7 @@ GO        ?= go
 BIN       ?= bin
 # The version the binaries report (--version, the registry, teamster_build_info).
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+LDFLAGS   := -X github.com/teamster-fleet/teamster/internal/cmdutil.version=$(VERSION)
 # Packages whose tests run under the race detector: everything with goroutines.
 RACE_PKGS ?= ./...
 GOTESTFLAGS ?=
@@ -56,7 +57,7 @@ deps: deps-core
 ## build: build the binaries into ./bin.
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -ldflags "-X github.com/teamster-fleet/teamster/internal/cmdutil.version=$(VERSION)" -o $(BIN)/ ./cmd/...
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
 
 ## lint: gofmt and go vet must be clean.
 lint:
@@ -82,8 +83,11 @@ chaos: deps-core
 	$(GO) run ./chaos $(CHAOSFLAGS)
 
 ## demo: run a whole local fleet (embedded NATS on a free port, a redis-server
-## it starts, one router, two workers) and play a scenario end to end.
-demo: deps-core build
+## it starts, one router, two workers) and play a scenario end to end. It
+## builds only bin/teamster, which holds the whole fleet.
+demo: deps-core
+	@mkdir -p $(BIN)
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/teamster
 	./$(BIN)/teamster dev --demo --nats-port 0
 
 ## bench: teamster against the physical floor of its own hops (a table on

@@ -69,16 +69,16 @@ func ResultsStreamConfig(o StreamOptions) jetstream.StreamConfig {
 	}
 }
 
-// WorkersBucketConfig is KV TEAMSTER_WORKERS: the registry, whose entries expire
+// workersBucketConfig is KV TEAMSTER_WORKERS: the registry, whose entries expire
 // WorkersTTL after their last heartbeat.
-func WorkersBucketConfig(o StreamOptions) jetstream.KeyValueConfig {
+func workersBucketConfig(o StreamOptions) jetstream.KeyValueConfig {
 	return registryBucket(BucketWorkers, "teamster: worker registry (manifest, state, slots)", o)
 }
 
-// RoutersBucketConfig is KV TEAMSTER_ROUTERS: the routers' entries (id,
+// routersBucketConfig is KV TEAMSTER_ROUTERS: the routers' entries (id,
 // version, policy digest), which expire WorkersTTL after their last
 // heartbeat. Only routers create and update it.
-func RoutersBucketConfig(o StreamOptions) jetstream.KeyValueConfig {
+func routersBucketConfig(o StreamOptions) jetstream.KeyValueConfig {
 	return registryBucket(BucketRouters, "teamster: router registry (version, policy digest)", o)
 }
 
@@ -112,10 +112,10 @@ func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions) (worker
 			return nil, nil, fmt.Errorf("set up stream %s: %w", cfg.Name, err)
 		}
 	}
-	if workers, err = js.CreateOrUpdateKeyValue(ctx, WorkersBucketConfig(o)); err != nil {
+	if workers, err = js.CreateOrUpdateKeyValue(ctx, workersBucketConfig(o)); err != nil {
 		return nil, nil, fmt.Errorf("set up bucket %s: %w", BucketWorkers, err)
 	}
-	if routers, err = js.CreateOrUpdateKeyValue(ctx, RoutersBucketConfig(o)); err != nil {
+	if routers, err = js.CreateOrUpdateKeyValue(ctx, routersBucketConfig(o)); err != nil {
 		return nil, nil, fmt.Errorf("set up bucket %s: %w", BucketRouters, err)
 	}
 	return workers, routers, nil
@@ -141,7 +141,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o StreamOptions) (jetst
 	}
 	kv, err := js.KeyValue(ctx, BucketWorkers)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, WorkersBucketConfig(o))
+		kv, err = js.CreateKeyValue(ctx, workersBucketConfig(o))
 		if errors.Is(err, jetstream.ErrBucketExists) {
 			kv, err = js.KeyValue(ctx, BucketWorkers)
 		}

@@ -56,9 +56,6 @@ type AttemptView struct {
 // Running says the attempt is claimed and has no outcome yet.
 func (v *AttemptView) Running() bool { return v.State == "claimed" }
 
-// Queued says the attempt waits to be claimed.
-func (v *AttemptView) Queued() bool { return v.State == StateAccepted }
-
 // tagPattern is a session tag: 24 lower-case hex digits.
 var tagPattern = regexp.MustCompile(`^[0-9a-f]{24}$`)
 

@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync"
 	"time"
@@ -133,11 +134,21 @@ func (h *heartbeat) report(ctx context.Context) {
 		}
 	}
 	for id := range seen {
+		// A harness no worker has made its consumer for yet waits for
+		// nothing (its attempts are refused harness_not_registered); a
+		// consumer that does not answer keeps its last figures.
 		undelivered, held := 0.0, 0.0
-		if c, err := st.Consumer(ctx, "harness_"+id); err == nil {
-			if info, err := c.Info(ctx); err == nil {
-				undelivered, held = float64(info.NumPending), float64(info.NumAckPending)
+		c, err := st.Consumer(ctx, "harness_"+id)
+		if err == nil {
+			info, err := c.Info(ctx)
+			if err != nil {
+				h.log.Debug("consumer harness_" + id + " not read: " + err.Error())
+				continue
 			}
+			undelivered, held = float64(info.NumPending), float64(info.NumAckPending)
+		} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			h.log.Debug("consumer harness_" + id + " not read: " + err.Error())
+			continue
 		}
 		h.m.Queue.WithLabelValues(id, metrics.QueueUndelivered).Set(undelivered)
 		h.m.Queue.WithLabelValues(id, metrics.QueueHeld).Set(held)

@@ -65,6 +65,7 @@ type attemptJSON struct {
 // command is checked for what it prints and its exit status, in both output
 // formats, and for the unknown ids and bad input an operator will type.
 func TestCLIInspectsTheFleet(t *testing.T) {
+	t.Parallel() // its own fleet and servers
 	f := fleettest.Start(t, fleettest.Options{Workers: 2, Metrics: true})
 	busy, done := "agent:main:cli-busy", "agent:main:cli-done"
 	finished := fleettest.Submit(t, f.Client, fleettest.Attempt(done, "hello"))
@@ -328,6 +329,7 @@ func waitGauge(t *testing.T, base, name string, labels map[string]string, want f
 // answer (SIGSTOP), routers running different policies, Redis down. Each
 // command says what failed, once, blames nothing else, and exits 1.
 func TestCLIReportsFailures(t *testing.T) {
+	t.Parallel() // its own fleet and servers
 	f := fleettest.Start(t, fleettest.Options{Workers: 1, Metrics: true})
 
 	// A worker process, stopped with SIGSTOP once it registered.
