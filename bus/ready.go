@@ -27,7 +27,7 @@ func Transient(err error) bool {
 // tryTimeout bounds each try of RetryTransient: a JetStream API request
 // whose answer was lost in a leader change is never answered, and waiting
 // for it would spend the whole budget on one try.
-const tryTimeout = 10 * time.Second
+var tryTimeout = 10 * time.Second
 
 // RetryTransient runs op until it succeeds, fails with an error that is not
 // Transient, ctx ends or budget passes, calling onRetry with each transient

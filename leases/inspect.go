@@ -135,6 +135,27 @@ func (s *Store) InFlight(ctx context.Context, limit int) (*InFlightView, error) 
 	return out, nil
 }
 
+// InFlightCount is the reaper index's entries (attempts queued, running, or
+// finished and not yet confirmed delivered): one ZCARD per shard, in one
+// pipeline.
+func (s *Store) InFlightCount(ctx context.Context) (int64, error) {
+	counts := make([]*redis.IntCmd, IndexShards)
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, key := range indexKeys {
+			counts[i] = p.ZCard(ctx, key)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("in flight: %w", err)
+	}
+	var n int64
+	for _, c := range counts {
+		n += c.Val()
+	}
+	return n, nil
+}
+
 // AttemptViews reads the records of attempts whose session tags are known, in
 // one pipeline; attempts without a record are left out.
 func (s *Store) AttemptViews(ctx context.Context, entries []DueEntry) ([]AttemptView, error) {

@@ -397,7 +397,7 @@ func (s *Store) attemptByTag(ctx context.Context, tag, attemptID string) (*Attem
 
 // LeaseInfo is a session's lease as stored.
 type LeaseInfo struct {
-	// Tag is the session's hash (set by Leases).
+	// Tag is the session's hash (set by Leases and SessionByTag).
 	Tag       string        `json:"session,omitempty"`
 	Holder    string        `json:"holder"`
 	AttemptID string        `json:"attempt"`

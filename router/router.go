@@ -76,6 +76,7 @@ type Router struct {
 
 	id       string
 	version  string
+	digest   string // the policy's (selection.Policy.Digest)
 	started  time.Time
 	registry *registryView
 	reaper   *reaper
@@ -120,7 +121,8 @@ func New(p Params) (*Router, error) {
 	r := &Router{nc: p.NATS, js: js, store: leases.NewStore(p.Redis, leases.WithRetention(p.AttemptRetention)), policy: p.Policy, m: p.Metrics, rdb: p.Redis, streams: p.Streams,
 		log: p.Logger.WithFields(logrus.Fields{"component": "router", "router": p.RouterID}), sem: make(chan struct{}, p.Concurrency),
 		handlers: gopool.New(handlerIdle), id: p.RouterID, version: p.Version, started: time.Now()}
-	p.Metrics.Policy.WithLabelValues(p.Policy.Digest()).Set(1)
+	r.digest = p.Policy.Digest()
+	p.Metrics.Policy.WithLabelValues(r.digest).Set(1)
 	r.debug = logging.DebugEnabled(p.Logger)
 	r.steps = logging.NewLifecycle(p.Logger, p.QuietAttempts)
 	r.reaper = newReaper(reaperParams{store: r.store, js: js, nc: p.NATS, interval: p.ReaperInterval, log: r.log, m: p.Metrics})
@@ -175,9 +177,9 @@ func (r *Router) Start(ctx context.Context) error {
 	r.reaper.start()
 	r.nodes.start()
 	r.beat = newHeartbeat(heartbeatParams{id: r.id, kv: routers, js: r.js, log: r.log, m: r.m, harness: r.harnessIDs,
-		entry: bus.RouterEntry{V: bus.Version, RouterID: r.id, Version: r.version, PolicyDigest: r.policy.Digest(), StartedMs: r.started.UnixMilli()}})
+		entry: bus.RouterEntry{V: bus.Version, RouterID: r.id, Version: r.version, PolicyDigest: r.digest, StartedMs: r.started.UnixMilli()}})
 	r.beat.start()
-	r.log.WithFields(logrus.Fields{"policy": r.policy.Digest(), "version": r.version}).Info("router serving")
+	r.log.WithFields(logrus.Fields{"policy": r.digest, "version": r.version}).Info("router serving")
 	return nil
 }
 

@@ -47,12 +47,7 @@ func attemptsCmd(common *cmdutil.Common) *cobra.Command {
 		limit int
 		scan  int
 	)
-	cmd := &cobra.Command{
-		Use:   "attempts ls",
-		Short: "List attempts",
-		Args:  cobra.ArbitraryArgs,
-		RunE:  requireSubcommand,
-	}
+	cmd := groupCmd("attempts ls", "List attempts")
 	ls := &cobra.Command{
 		Use:   "ls [--state queued|running|finished|all] [--session KEY|TAG] [--harness ID] [--worker ID]",
 		Short: "List queued, running and finished attempts, newest first",

@@ -146,12 +146,7 @@ func openInspector(common *cmdutil.Common, needNATS bool) (context.Context, *ins
 const requestTimeout = 10 * time.Second
 
 func attemptCmd(common *cmdutil.Common) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "attempt show <attemptId>",
-		Short: "Inspect one attempt",
-		Args:  cobra.ArbitraryArgs,
-		RunE:  requireSubcommand,
-	}
+	cmd := groupCmd("attempt show <attemptId>", "Inspect one attempt")
 	cmd.AddCommand(&cobra.Command{
 		Use:   "show <attemptId>",
 		Short: "An attempt's record, timestamps and result",
@@ -187,7 +182,10 @@ Exit codes: 0 found; 1 unknown id, or a read failed.`,
 			var durable json.RawMessage
 			var resErr error
 			if o.State == stateFinished {
-				durable, resErr = readResult(ctx, in.js, id)
+				durable, resErr = bus.GetResultBody(ctx, in.js, id)
+				if errors.Is(resErr, jetstream.ErrMsgNotFound) {
+					durable, resErr = nil, nil
+				}
 			}
 			if outputJSON() {
 				printJSON(cmd.OutOrStdout(), struct {
@@ -204,26 +202,6 @@ Exit codes: 0 found; 1 unknown id, or a read failed.`,
 		},
 	})
 	return cmd
-}
-
-// readResult reads an attempt's durable result; nil when the stream holds none.
-func readResult(ctx context.Context, js jetstream.JetStream, id string) (json.RawMessage, error) {
-	st, err := js.Stream(ctx, bus.StreamResults)
-	if err != nil {
-		return nil, err
-	}
-	subject, err := bus.ResultSubject(id)
-	if err != nil {
-		return nil, err
-	}
-	msg, err := st.GetLastMsgForSubject(ctx, subject)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return msg.Data, nil
 }
 
 func printAttempt(out io.Writer, o attemptOut, durable json.RawMessage) {

@@ -92,6 +92,11 @@ var output = "table"
 // outputJSON says the output is JSON.
 func outputJSON() bool { return output == "json" }
 
+// groupCmd is a command that only groups subcommands (requireSubcommand).
+func groupCmd(use, short string) *cobra.Command {
+	return &cobra.Command{Use: use, Short: short, Args: cobra.ArbitraryArgs, RunE: requireSubcommand}
+}
+
 // requireSubcommand is the RunE of a command that only groups subcommands:
 // without one, or with an unknown one, it fails (exit 1) instead of printing
 // the help and exiting 0.

@@ -150,12 +150,7 @@ func printSession(out io.Writer, o sessionOut, v *leases.SessionView, rows []att
 
 func sessionsCmd(common *cmdutil.Common) *cobra.Command {
 	var limit int
-	cmd := &cobra.Command{
-		Use:   "sessions ls",
-		Short: "List sessions",
-		Args:  cobra.ArbitraryArgs,
-		RunE:  requireSubcommand,
-	}
+	cmd := groupCmd("sessions ls", "List sessions")
 	ls := &cobra.Command{
 		Use:   "ls",
 		Short: "List the sessions with attempts in flight",

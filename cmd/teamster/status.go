@@ -226,13 +226,13 @@ func readStatus(common *cmdutil.Common, nc *nats.Conn, js jetstream.JetStream) *
 				return
 			}
 			defer rdb.Close()
-			fl, err := leases.NewStore(rdb).InFlight(ctx, 1)
+			n, err := leases.NewStore(rdb).InFlightCount(ctx)
 			if err != nil {
 				fail("Redis (the reaper index)", err)
 				return
 			}
 			mu.Lock()
-			st.InFlight = &fl.Total
+			st.InFlight = &n
 			mu.Unlock()
 		})
 	})
