@@ -36,7 +36,8 @@ deps-redis:
 	@redis-server --version
 
 ## deps: deps-core, then what only the full test suite needs, into .tools/:
-## the pinned Codex CLI (npm) for the codex harness's tests, Node.js 24 and
+## the pinned Codex CLI (npm) for the codex harness's tests, the pinned
+## Claude Code CLI (npm) for the claude harness's tests, Node.js 24 and
 ## the pinned openclaw for the OpenClaw plugin's tests (npm and nodejs with
 ## apt-get when npm is missing); prometheus and promtool for the monitoring
 ## assets' tests (deploy/monitoring; Debian's prometheus, with apt-get when
@@ -55,6 +56,7 @@ deps: deps-core
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
 	fi
 	@sh harness/codex/install.sh
+	@sh harness/claude/install.sh
 	@integrations/openclaw/scripts/deps.sh
 
 ## build: build the binaries into ./bin.

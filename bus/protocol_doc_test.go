@@ -53,8 +53,10 @@ var envelopeSections = map[string][]reflect.Type{
 	"Registry entry": {ty[WorkerEntry]()}, "Router entry": {ty[RouterEntry]()}, "Manifest": {ty[selection.Manifest]()}, "Selection record": {ty[selection.Record]()},
 }
 
-// notWire names the structs with json tags that never travel, each with the reason. None today.
-var notWire = map[string]string{}
+// notWire names the structs with json tags that never travel, each with the reason.
+var notWire = map[string]string{
+	"teamster.SessionRecord": "stored as a Redis hash (the Redis keys section names its fields); its JSON form is the operator CLI's output",
+}
 
 // subjectBuilders calls each exported function of bus that returns a string with placeholder
 // tokens ph-<name>, written back as <name> as the page writes them (enumerated last tokens, see
@@ -75,6 +77,7 @@ var subjectBuilders = map[string]func() (string, error){
 	"DelegateFromSubject":   nil, // parses what SubmitDelegateSubject builds
 	"SessionOpFromSubject":  nil, // parses what SessionOpSubject builds
 	"AttemptDigest":         nil, // a digest kept in Redis; it never travels on NATS
+	"StateObjectName":       func() (string, error) { return StateObjectName(ph("s"), "ph-epoch:ph-n"), nil },
 }
 
 var (

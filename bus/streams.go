@@ -103,7 +103,7 @@ func replicas(o StreamOptions) int {
 }
 
 // Setup creates or updates TEAMSTER_ATTEMPTS, TEAMSTER_RESULTS,
-// TEAMSTER_WORKERS and TEAMSTER_ROUTERS, and returns the workers' bucket and
+// TEAMSTER_WORKERS, TEAMSTER_ROUTERS and TEAMSTER_NATIVE_STATE, and returns the workers' bucket and
 // the routers'. It is idempotent: running it again, from any number of
 // processes, leaves one of each with the contract's configuration.
 func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions) (workers, routers jetstream.KeyValue, err error) {
@@ -118,11 +118,14 @@ func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions) (worker
 	if routers, err = js.CreateOrUpdateKeyValue(ctx, routersBucketConfig(o)); err != nil {
 		return nil, nil, fmt.Errorf("set up bucket %s: %w", BucketRouters, err)
 	}
+	if _, err = js.CreateOrUpdateObjectStore(ctx, nativeStateBucketConfig(o)); err != nil {
+		return nil, nil, fmt.Errorf("set up object store %s: %w", BucketNativeState, err)
+	}
 	return workers, routers, nil
 }
 
-// Ensure creates TEAMSTER_ATTEMPTS, TEAMSTER_RESULTS and TEAMSTER_WORKERS
-// when they are missing and leaves existing ones as they are: what a worker
+// Ensure creates TEAMSTER_ATTEMPTS, TEAMSTER_RESULTS, TEAMSTER_WORKERS and
+// TEAMSTER_NATIVE_STATE when they are missing and leaves existing ones as they are: what a worker
 // does, so that it can start before any router without being able to change
 // a stream's configuration (routers own it: Setup). Creating them at the
 // same time from several processes is safe: the losers find the winner's.
@@ -148,6 +151,9 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o StreamOptions) (jetst
 	}
 	if err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", BucketWorkers, err)
+	}
+	if _, err := ensureNativeState(ctx, js, o); err != nil {
+		return nil, err
 	}
 	return kv, nil
 }

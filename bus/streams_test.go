@@ -40,9 +40,10 @@ func TestSetupIsIdempotent(t *testing.T) {
 	for n := range js.StreamNames(ctx).Name() {
 		names = append(names, n)
 	}
-	// The KV buckets are the streams KV_TEAMSTER_WORKERS and KV_TEAMSTER_ROUTERS.
+	// The KV buckets are the streams KV_TEAMSTER_WORKERS and
+	// KV_TEAMSTER_ROUTERS, the object store OBJ_TEAMSTER_NATIVE_STATE.
 	slices.Sort(names)
-	if want := []string{"KV_" + bus.BucketRouters, "KV_" + bus.BucketWorkers, bus.StreamAttempts, bus.StreamResults}; !slices.Equal(names, want) {
+	if want := []string{"KV_" + bus.BucketRouters, "KV_" + bus.BucketWorkers, "OBJ_" + bus.BucketNativeState, bus.StreamAttempts, bus.StreamResults}; !slices.Equal(names, want) {
 		t.Fatalf("streams %v, want %v", names, want)
 	}
 	att, err := js.Stream(ctx, bus.StreamAttempts)

@@ -61,6 +61,8 @@ const (
 	StreamResults  = "TEAMSTER_RESULTS"
 	BucketWorkers  = "TEAMSTER_WORKERS"
 	BucketRouters  = "TEAMSTER_ROUTERS"
+	// BucketNativeState is the object store of sessions' native state.
+	BucketNativeState = "TEAMSTER_NATIVE_STATE"
 
 	// QueueRouters is the queue group every router serves its subjects in.
 	QueueRouters = "routers"

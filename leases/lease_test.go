@@ -396,7 +396,7 @@ func TestFinishCommitsEverythingAtOnce(t *testing.T) {
 		t.Fatalf("the claim read session record %+v, want %+v", res.Session, got)
 	}
 	// A delegate's turn writes only the binding.
-	if st, _ := l2.Finish(ctx, Outcome{Code: OutcomeOK, Session: BindingUpdate(`{"thread":"t2"}`)}); st != Finished {
+	if st, _ := l2.Finish(ctx, Outcome{Code: OutcomeOK, Session: BindingUpdate(`{"thread":"t2"}`, "")}); st != Finished {
 		t.Fatalf("second finish %s", st)
 	}
 	got, _ = s.Session(ctx, "sess")

@@ -25,12 +25,14 @@ func OwnerUpdate(r teamster.SessionRecord) SessionUpdate {
 		teamster.SessionFieldAgentHarnessID:       r.AgentHarnessID,
 		teamster.SessionFieldOwnerPluginID:        r.OwnerPluginID,
 		teamster.SessionFieldNativeBinding:        r.NativeBinding,
+		teamster.SessionFieldNativeState:          r.NativeState,
 	}
 }
 
-// BindingUpdate is what a delegate's turn writes: the native binding only.
-func BindingUpdate(binding string) SessionUpdate {
-	return SessionUpdate{teamster.SessionFieldNativeBinding: binding}
+// BindingUpdate is what a delegate's turn writes: the native binding and the
+// name of its saved native state (empty: none) only.
+func BindingUpdate(binding, state string) SessionUpdate {
+	return SessionUpdate{teamster.SessionFieldNativeBinding: binding, teamster.SessionFieldNativeState: state}
 }
 
 // args flattens the update into script arguments, in a stable order.
@@ -47,6 +49,7 @@ func (u SessionUpdate) args() []any {
 var sessionFields = []string{
 	teamster.SessionFieldSessionKey, teamster.SessionFieldSessionID, teamster.SessionFieldStorePath, teamster.SessionFieldAgentID, teamster.SessionFieldModelSelectionLocked,
 	teamster.SessionFieldAgentHarnessID, teamster.SessionFieldOwnerPluginID, teamster.SessionFieldNativeBinding,
+	teamster.SessionFieldNativeState,
 }
 
 // sessionFieldArgs holds sessionFields as script arguments, boxed once
@@ -94,6 +97,8 @@ func sessionFrom(fields iter.Seq2[string, string]) *teamster.SessionRecord {
 			r.OwnerPluginID = v
 		case teamster.SessionFieldNativeBinding:
 			r.NativeBinding = v
+		case teamster.SessionFieldNativeState:
+			r.NativeState = v
 		case teamster.SessionFieldArchived:
 			r.Archived = v == "true"
 		case teamster.SessionFieldFence:

@@ -26,7 +26,8 @@ const (
 // ARGV[1] op: create, patch, reset, delete or archive
 // ARGV[2..] field, value pairs to write (create, patch, reset); an empty value
 // deletes the field
-// Returns {status, previous nativeBinding, pinned agentHarnessId}; status is
+// Returns {status, previous nativeBinding, pinned agentHarnessId, previous
+// nativeState}; status is
 // "ok", "busy" (a turn runs), "exists" (create of an existing record) or
 // "missing" (patch, reset, delete or archive of no record).
 //
@@ -35,25 +36,25 @@ const (
 // turn sets it again), then writes the given fields (a new sessionId, ...).
 // delete removes the record. archive marks it archived and unlocks it.
 var sessionOpScript = redis.NewScript(prelude + `
-if redis.call('EXISTS', KEYS[1]) == 1 then return {'busy', '', ''} end
+if redis.call('EXISTS', KEYS[1]) == 1 then return {'busy', '', '', ''} end
 local op = ARGV[1]
 local exists = redis.call('EXISTS', KEYS[2]) == 1
-if op == 'create' and exists then return {'exists', '', ''} end
-if op ~= 'create' and not exists then return {'missing', '', ''} end
-local prev = redis.call('HMGET', KEYS[2], 'nativeBinding', 'agentHarnessId')
-local binding, harness = prev[1] or '', prev[2] or ''
+if op == 'create' and exists then return {'exists', '', '', ''} end
+if op ~= 'create' and not exists then return {'missing', '', '', ''} end
+local prev = redis.call('HMGET', KEYS[2], 'nativeBinding', 'agentHarnessId', 'nativeState')
+local binding, harness, state = prev[1] or '', prev[2] or '', prev[3] or ''
 if op == 'delete' then
   redis.call('DEL', KEYS[2])
-  return {'ok', binding, harness}
+  return {'ok', binding, harness, state}
 end
 if op == 'reset' then
-  redis.call('HDEL', KEYS[2], 'nativeBinding')
+  redis.call('HDEL', KEYS[2], 'nativeBinding', 'nativeState')
   redis.call('HSET', KEYS[2], 'modelSelectionLocked', 'false')
 elseif op == 'archive' then
   redis.call('HSET', KEYS[2], 'archived', 'true', 'modelSelectionLocked', 'false')
 end
 update_record(KEYS[2], 2, 'updated', now_ms())
-return {'ok', binding, harness}
+return {'ok', binding, harness, state}
 `)
 
 // SessionOpStatus is the outcome of a session operation.
@@ -74,6 +75,9 @@ type SessionOpResult struct {
 	// pinned harness before the operation (for the harness's reset).
 	PreviousBinding string
 	PinnedHarness   string
+	// PreviousState is the record's native state object before a reset or
+	// delete (the router deletes it from the object store).
+	PreviousState string
 }
 
 // SessionOp applies an owner-only operation to sessionKey's record, unless a
@@ -91,10 +95,10 @@ func (s *Store) SessionOp(ctx context.Context, sessionKey, op string, fields Ses
 	if err != nil {
 		return SessionOpResult{}, fmt.Errorf("session %s: %w", op, err)
 	}
-	if len(res) != 3 {
+	if len(res) != 4 {
 		return SessionOpResult{}, fmt.Errorf("session %s: unexpected reply %q", op, res)
 	}
-	return SessionOpResult{Status: SessionOpStatus(res[0]), PreviousBinding: res[1], PinnedHarness: res[2]}, nil
+	return SessionOpResult{Status: SessionOpStatus(res[0]), PreviousBinding: res[1], PinnedHarness: res[2], PreviousState: res[3]}, nil
 }
 
 // FieldsOf turns the optional fields of an owner's session op into an update:

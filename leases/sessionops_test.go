@@ -36,15 +36,18 @@ func TestSessionOps(t *testing.T) {
 			t.Fatalf("%s while a turn runs: %+v, want busy", op, r)
 		}
 	}
-	if st, _ := l.Finish(ctx, Outcome{Code: OutcomeOK, Session: BindingUpdate(`{"thread":"t1"}`)}); st != Finished {
+	if st, _ := l.Finish(ctx, Outcome{Code: OutcomeOK, Session: BindingUpdate(`{"thread":"t1"}`, "state-1")}); st != Finished {
 		t.Fatal(st)
 	}
+	if rec, _ := s.Session(ctx, "sess"); rec.NativeState != "state-1" {
+		t.Fatalf("the turn wrote native state %q, want state-1", rec.NativeState)
+	}
 	r, err := s.SessionOp(ctx, "sess", OpReset, FieldsOf("sess", "s2", "", "", "", nil))
-	if err != nil || r.Status != SessionOpOK || r.PreviousBinding != `{"thread":"t1"}` || r.PinnedHarness != "codex" {
+	if err != nil || r.Status != SessionOpOK || r.PreviousBinding != `{"thread":"t1"}` || r.PinnedHarness != "codex" || r.PreviousState != "state-1" {
 		t.Fatalf("reset: %+v %v", r, err)
 	}
 	rec, _ := s.Session(ctx, "sess")
-	if rec.NativeBinding != "" || rec.ModelSelectionLocked || rec.SessionID != "s2" || rec.AgentHarnessID != "codex" {
+	if rec.NativeBinding != "" || rec.NativeState != "" || rec.ModelSelectionLocked || rec.SessionID != "s2" || rec.AgentHarnessID != "codex" {
 		t.Fatalf("after reset %+v", rec)
 	}
 	if r, _ := s.SessionOp(ctx, "sess", OpArchive, nil); r.Status != SessionOpOK {
@@ -74,7 +77,7 @@ func TestTheSessionRecordHasOneSetOfNames(t *testing.T) {
 	for _, f := range []string{teamster.SessionFieldSessionKey, teamster.SessionFieldSessionID,
 		teamster.SessionFieldStorePath, teamster.SessionFieldAgentID, teamster.SessionFieldModelSelectionLocked,
 		teamster.SessionFieldAgentHarnessID, teamster.SessionFieldOwnerPluginID, teamster.SessionFieldNativeBinding,
-		teamster.SessionFieldArchived, teamster.SessionFieldFence, teamster.SessionFieldUpdated} {
+		teamster.SessionFieldNativeState, teamster.SessionFieldArchived, teamster.SessionFieldFence, teamster.SessionFieldUpdated} {
 		record[f] = true
 	}
 	locked := true

@@ -68,7 +68,10 @@ type Router struct {
 	handlers *gopool.Pool
 	m        *metrics.Router
 	rdb      redis.UniversalClient
-	streams  bus.StreamOptions
+	// state is the object store of sessions' native state, whose objects
+	// a session reset or delete removes.
+	state   *bus.NativeState
+	streams bus.StreamOptions
 	// debug says the logger logs at debug level: the selection record is
 	// only assembled into log fields then.
 	debug bool
@@ -153,6 +156,9 @@ func (r *Router) Start(ctx context.Context) error {
 		return err
 	})
 	if err != nil {
+		return fmt.Errorf("router: %w", err)
+	}
+	if r.state, err = bus.OpenNativeState(ctx, r.js); err != nil {
 		return fmt.Errorf("router: %w", err)
 	}
 	if err := r.store.Load(ctx); err != nil {

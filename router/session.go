@@ -75,7 +75,21 @@ func (r *Router) onSessionOp(m *nats.Msg) {
 	if (op == leases.OpReset || op == leases.OpDelete) && res.PinnedHarness != "" && res.PreviousBinding != "" {
 		r.resetHarness(ctx, log, body.SessionKey, res.PinnedHarness, res.PreviousBinding)
 	}
+	if res.PreviousState != "" {
+		r.deleteState(ctx, log, res.PreviousState)
+	}
 	r.reply(m, bus.OK())
+}
+
+// deleteState removes the native state object a reset or deleted record
+// named. The record no longer names it, so no turn can restore it; an object
+// that cannot be deleted now stays as an orphan, logged with its name.
+func (r *Router) deleteState(ctx context.Context, log logrus.FieldLogger, name string) {
+	if err := bus.RetryTransient(ctx, harnessResetTimeout, func(error) {}, func(ctx context.Context) error {
+		return r.state.Delete(ctx, name)
+	}); err != nil {
+		log.WithField("object", name).Warn("native state not deleted (the record no longer names it): " + err.Error())
+	}
 }
 
 // resetHarness asks a worker hosting the session's pinned harness to clear

@@ -33,13 +33,17 @@ type Config struct {
 	// least the longest leaseTtlMs in the fleet; default leaseTtlMs; -1
 	// turns it off (only for a Redis known to be fresh, as in tests).
 	NewEpochQuarantineMs int64 `json:"newEpochQuarantineMs,omitempty"`
+	// MaxNativeStateBytes bounds the native state a session's turn saves
+	// to, and restores from, the object store TEAMSTER_NATIVE_STATE;
+	// default 64 MiB.
+	MaxNativeStateBytes int64 `json:"maxNativeStateBytes,omitempty"`
 	// Harnesses are the harnesses the worker hosts.
 	Harnesses []HarnessConfig `json:"harnesses"`
 }
 
 // HarnessConfig is one hosted harness: its implementation and its manifest.
 type HarnessConfig struct {
-	// Implementation is "scripted" or "codex".
+	// Implementation is "scripted", "codex" or "claude".
 	Implementation string `json:"implementation"`
 	// Settings are the implementation's own settings.
 	Settings json.RawMessage `json:"settings,omitempty"`
@@ -52,6 +56,8 @@ const (
 	DefaultLeaseTTL     = 10 * time.Second
 	defaultDrainTimeout = 60 * time.Second
 	minLeaseTTL         = 500 * time.Millisecond
+	// DefaultMaxNativeStateBytes bounds a session's saved native state.
+	DefaultMaxNativeStateBytes = 64 << 20
 )
 
 // LoadConfig reads and validates a worker config file.
@@ -97,6 +103,9 @@ func (c *Config) applyDefaults() {
 	if c.DrainTimeoutMs == 0 {
 		c.DrainTimeoutMs = defaultDrainTimeout.Milliseconds()
 	}
+	if c.MaxNativeStateBytes == 0 {
+		c.MaxNativeStateBytes = DefaultMaxNativeStateBytes
+	}
 }
 
 // Validate checks the config.
@@ -112,6 +121,9 @@ func (c *Config) Validate() error {
 	}
 	if c.NewEpochQuarantineMs < -1 {
 		return fmt.Errorf("newEpochQuarantineMs %d: use a duration, 0 for the lease TTL, or -1 for none", c.NewEpochQuarantineMs)
+	}
+	if c.MaxNativeStateBytes < 0 {
+		return fmt.Errorf("maxNativeStateBytes %d must not be negative", c.MaxNativeStateBytes)
 	}
 	if c.DrainTimeoutMs < 0 {
 		return fmt.Errorf("drainTimeoutMs %d must not be negative", c.DrainTimeoutMs)
@@ -143,6 +155,15 @@ func (c *Config) LeaseTTL() time.Duration { return time.Duration(c.LeaseTTLMs) *
 // TTL, negative for none.
 func (c *Config) NewEpochQuarantine() time.Duration {
 	return time.Duration(c.NewEpochQuarantineMs) * time.Millisecond
+}
+
+// MaxNativeState bounds a session's saved native state: MaxNativeStateBytes,
+// or the default for a config built without ParseConfig.
+func (c *Config) MaxNativeState() int64 {
+	if c.MaxNativeStateBytes <= 0 {
+		return DefaultMaxNativeStateBytes
+	}
+	return c.MaxNativeStateBytes
 }
 
 // DrainTimeout bounds a drain.

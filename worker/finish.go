@@ -40,6 +40,9 @@ type recording struct {
 	kind   recordKind
 	body   []byte // the encoded result, as recorded
 	status teamster.Status
+	// session: the session record update (with the saved native state)
+	// was committed.
+	session bool
 }
 
 // recordKind is what stands in Redis after the fenced finish.
@@ -64,19 +67,37 @@ const (
 // under the lease, the turn, the grace watchdog): it records res under the
 // lease and delivers what was recorded. After a Kill it does nothing: a
 // dead worker records and publishes nothing.
-func (r *run) finish(res *bus.Result) {
-	if r.w.killed.Load() || !r.advance(stepFinish) {
+func (r *run) finish(res *bus.Result) { r.finishTurn(res, "") }
+
+// finishTurn is finish for the turn's own result, with the name of the
+// native state object the turn saved ("" for none): the fenced finish writes
+// that name into the session record. Once the result is delivered, the
+// object the record no longer names is deleted: the record's previous one
+// when this finish committed, else the one this turn saved.
+func (r *run) finishTurn(res *bus.Result, state string) {
+	if r.w.killed.Load() {
 		return
 	}
 	ctx := context.Background()
-	r.deliver(ctx, r.record(ctx, res))
+	if !r.advance(stepFinish) {
+		r.dropState(ctx, state)
+		return
+	}
+	rec := r.record(ctx, res, state)
+	r.deliver(ctx, rec)
+	switch {
+	case rec.session && r.session != nil && r.session.NativeState != state:
+		r.dropState(ctx, r.session.NativeState)
+	case !rec.session:
+		r.dropState(ctx, state)
+	}
 }
 
 // record is the fenced finish (outcome, session record, order, lease in one
 // script) of res. A run whose lease is gone commits nothing: its outcome
 // becomes lease_lost and is recorded only if no other outcome was
 // (abandon).
-func (r *run) record(ctx context.Context, res *bus.Result) recording {
+func (r *run) record(ctx context.Context, res *bus.Result, state string) recording {
 	if res.Error != nil && res.Error.Code == teamster.CodeLeaseLost {
 		return r.abandon(ctx, res)
 	}
@@ -89,7 +110,7 @@ func (r *run) record(ctx context.Context, res *bus.Result) recording {
 	}
 	outcome := leases.Outcome{Code: res.Outcome(), Result: body}
 	if res.Error == nil {
-		outcome.Session = r.sessionUpdate(res)
+		outcome.Session = r.sessionUpdate(res, state)
 	}
 	var st leases.FinishStatus
 	err := retry.For(ctx, r.w.cfg.LeaseTTL(), func() error {
@@ -108,7 +129,7 @@ func (r *run) record(ctx context.Context, res *bus.Result) recording {
 		if r.w.steps.Enabled() {
 			r.w.steps.Log(r.log().WithFields(finishFields(res)), "finished")
 		}
-		return recording{kind: recorded, body: body, status: res.Status}
+		return recording{kind: recorded, body: body, status: res.Status, session: outcome.Session != nil}
 	case st == leases.FinishAlready:
 		r.log().Warn("the attempt already had an outcome (the fleet recorded one first); this run's result is dropped")
 		return recording{kind: dropped}
@@ -195,9 +216,10 @@ func (r *run) leaseLostResult(msg string) *bus.Result {
 }
 
 // sessionUpdate is what a successful turn writes to the session record: the
-// owner's turn pins the harness and records the session facts and the native
-// binding; a delegate's turn writes the binding only.
-func (r *run) sessionUpdate(res *bus.Result) leases.SessionUpdate {
+// owner's turn pins the harness and records the session facts, the native
+// binding and the name of its saved native state; a delegate's turn writes
+// the binding and its state only.
+func (r *run) sessionUpdate(res *bus.Result, state string) leases.SessionUpdate {
 	binding := ""
 	if len(res.NativeSession) > 0 && string(res.NativeSession) != "null" {
 		binding = string(res.NativeSession)
@@ -206,12 +228,12 @@ func (r *run) sessionUpdate(res *bus.Result) leases.SessionUpdate {
 		if binding == "" {
 			return nil
 		}
-		return leases.BindingUpdate(binding)
+		return leases.BindingUpdate(binding, state)
 	}
 	m := r.h.impl.Manifest()
 	return leases.OwnerUpdate(teamster.SessionRecord{
 		SessionKey: r.attempt.SessionKey, SessionID: r.attempt.SessionID, StorePath: r.attempt.StorePath,
 		AgentID: r.attempt.AgentID, ModelSelectionLocked: r.attempt.ModelSelectionLocked,
-		AgentHarnessID: r.harnessID, OwnerPluginID: m.PluginID, NativeBinding: binding,
+		AgentHarnessID: r.harnessID, OwnerPluginID: m.PluginID, NativeBinding: binding, NativeState: state,
 	})
 }

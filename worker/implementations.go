@@ -10,6 +10,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/teamster-fleet/teamster/harness"
+	"github.com/teamster-fleet/teamster/harness/claude"
 	"github.com/teamster-fleet/teamster/harness/codex"
 	"github.com/teamster-fleet/teamster/harness/scripted"
 	"github.com/teamster-fleet/teamster/selection"
@@ -38,6 +39,10 @@ var implementations = map[string]Factory{
 	// codex drives a Codex app-server process per worker (harness/codex).
 	"codex": func(m selection.Manifest, settings json.RawMessage, env FactoryEnv) (harness.Harness, error) {
 		return codex.Factory(m, settings, env.logger)
+	},
+	// claude runs one Claude Code CLI process per turn (harness/claude).
+	"claude": func(m selection.Manifest, settings json.RawMessage, env FactoryEnv) (harness.Harness, error) {
+		return claude.Factory(m, settings, env.logger)
 	},
 }
 

@@ -196,6 +196,9 @@ func (w *Worker) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
+	if w.nativeState, err = bus.OpenNativeState(ctx, w.js); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
 	if err := w.store.Load(ctx); err != nil {
 		return fmt.Errorf("worker: redis: %w", err)
 	}

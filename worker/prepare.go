@@ -69,6 +69,10 @@ func (r *run) prepare() (json.RawMessage, bool) {
 	if rec != nil && rec.NativeBinding != "" {
 		binding = json.RawMessage(rec.NativeBinding)
 	}
+	if err := r.restoreState(binding); err != nil {
+		r.finish(r.errorResult(teamster.AsError(err)))
+		return nil, false
+	}
 	// Last check before the harness starts: a worker that woke from a pause
 	// longer than its lease must not start anything.
 	if !r.lease.Current() {

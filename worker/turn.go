@@ -51,7 +51,12 @@ func (r *run) turn(binding json.RawMessage) {
 		r.finish(r.errorResult(teamster.AsError(err)))
 		return
 	}
-	r.finish(r.okResult(out))
+	state, err := r.saveState(out)
+	if err != nil {
+		r.finish(r.errorResult(teamster.AsError(err)))
+		return
+	}
+	r.finishTurn(r.okResult(out), state)
 }
 
 // turnContext is the run's context under the attempt's timeout.

@@ -78,22 +78,24 @@ type hosted struct {
 // injected items (turn_inject.go) and the control subscriptions
 // (control.go).
 type Worker struct {
-	cfg       *Config
-	id        string
-	log       logrus.FieldLogger
-	debug     bool // log logs at debug level
-	steps     logging.Lifecycle
-	m         *metrics.Worker
-	nc        *nats.Conn
-	js        jetstream.JetStream
-	rdb       redis.UniversalClient
-	store     *leases.Store
-	keep      *leases.Keeper
-	streams   bus.StreamOptions
-	harnesses map[string]*hosted
-	registry  *registry
-	started   time.Time
-	version   string
+	cfg   *Config
+	id    string
+	log   logrus.FieldLogger
+	debug bool // log logs at debug level
+	steps logging.Lifecycle
+	m     *metrics.Worker
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	// nativeState is the object store of sessions' native state (nativestate.go).
+	nativeState *bus.NativeState
+	rdb         redis.UniversalClient
+	store       *leases.Store
+	keep        *leases.Keeper
+	streams     bus.StreamOptions
+	harnesses   map[string]*hosted
+	registry    *registry
+	started     time.Time
+	version     string
 
 	life    lifecycle
 	fetch   fetcher

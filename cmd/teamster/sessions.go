@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/teamster-fleet/teamster/bus"
 	"github.com/teamster-fleet/teamster/internal/cmdutil"
 	"github.com/teamster-fleet/teamster/leases"
 )
@@ -127,6 +128,9 @@ func printSession(out io.Writer, o sessionOut, v *leases.SessionView, rows []att
 		fmt.Fprintf(tw, "harness\t%s (plugin %s)\n", dash(r.AgentHarnessID), dash(r.OwnerPluginID))
 		fmt.Fprintf(tw, "locked\t%t\n", r.ModelSelectionLocked)
 		fmt.Fprintf(tw, "native binding\t%s\n", dash(clip(r.NativeBinding, 60)))
+		if r.NativeState != "" {
+			fmt.Fprintf(tw, "native state\tobject %s in %s\n", r.NativeState, bus.BucketNativeState)
+		}
 		if r.Archived {
 			fmt.Fprintf(tw, "archived\tyes\n")
 		}

@@ -71,8 +71,9 @@ func TestTurnReturnsTheEndpointsText(t *testing.T) {
 }
 
 // 2. The session's next turns resume the stored native thread: the endpoint
-// sees the earlier messages, on the same worker and on another worker
-// sharing CODEX_HOME.
+// sees the earlier messages, on the same worker and on another worker that
+// shares no CODEX_HOME with it: the thread's rollout follows the session
+// through the object store TEAMSTER_NATIVE_STATE.
 func TestNextTurnsResumeTheThread(t *testing.T) {
 	f := newFleet(t,
 		codextest.Reply{Text: "Nice to meet you, Ada", OutputTokens: 3},
@@ -95,9 +96,12 @@ func TestNextTurnsResumeTheThread(t *testing.T) {
 		t.Fatalf("turn 2 usage %d, want 4", r2.Usage.OutputTokens)
 	}
 
-	// The next turn on another worker: w1 drains, w2 (same CODEX_HOME)
-	// takes the session with the stored binding.
-	f.startWorker("w2", f.settings())
+	// The next turn on another worker: w1 drains, w2, with a CODEX_HOME of
+	// its own, takes the session with the stored binding and native state.
+	home2 := codextest.NewHome(t, f.endpoint)
+	s2 := f.settings()
+	s2.CodexHome = home2
+	f.startWorker("w2", s2)
 	f.drain("w1")
 	_, r3 := f.run(attempt(session, "and now?"))
 	wantOK(t, r3)
@@ -120,7 +124,15 @@ func TestNextTurnsResumeTheThread(t *testing.T) {
 		}
 	}
 	if n := len(codextest.Rollouts(t, f.home)); n != 1 {
-		t.Fatalf("%d thread rollouts, want the one thread", n)
+		t.Fatalf("%d thread rollouts in w1's CODEX_HOME, want the one thread", n)
+	}
+	if n := len(codextest.Rollouts(t, home2)); n != 1 {
+		t.Fatalf("%d thread rollouts in w2's CODEX_HOME, want the one thread, restored", n)
+	}
+	// The record names one state object, the last turn's; the objects of
+	// the turns before were deleted once their successors committed.
+	if names := f.stateObjects(); len(names) != 1 {
+		t.Fatalf("objects in %s: %q, want the last turn's only", bus.BucketNativeState, names)
 	}
 	if f.trace.count("w1", "send", "thread/resume") != 1 || f.trace.count("w2", "send", "thread/resume") != 1 || f.trace.count("w2", "send", "thread/start") != 0 {
 		t.Fatalf("w1 sent %v, w2 sent %v", f.trace.sent("w1"), f.trace.sent("w2"))

@@ -45,8 +45,8 @@
 //     worker read from the session record (Run.Binding). A resume that
 //     another process still holds ("thread ... already has an active
 //     writer") is retried for up to 10 s; a thread that cannot be resumed
-//     ("no rollout found for thread id ...": the workers do not share
-//     CODEX_HOME, or it was deleted) ends the attempt harness_failed with
+//     ("no rollout found for thread id ...": the rollout was not restored,
+//     or it was deleted) ends the attempt harness_failed with
 //     sideEffects none, never silently on a new thread. A new thread has no
 //     rollout until its first turn, so a thread can only be resumed after a
 //     turn ran on it.
@@ -64,14 +64,24 @@
 //     thread_unload_delay_secs=0 the app-server unloads the thread at once
 //     (about 10 ms) and releases its writer lock in CODEX_HOME, before the
 //     worker finishes the attempt and releases the session lease; so the
-//     session's next turn can resume the thread on any worker sharing
-//     CODEX_HOME. (By default an unsubscribed thread stays loaded for about a
+//     session's next turn can resume the thread on any worker (with a
+//     CODEX_HOME of its own or a shared one). (By default an unsubscribed thread stays loaded for about a
 //     minute, and a process that kept it loaded would go on with a stale
 //     history.) A killed process releases its locks too.
 //
 // A successful turn returns the binding {"threadId": "<id>"} as
 // Outcome.NativeSession; the worker writes it to the session record with its
 // fenced finish.
+//
+// # Native state
+//
+// The harness is a harness.StateCarrier (state.go): its state for a binding
+// is the thread's rollout, CODEX_HOME/sessions/YYYY/MM/DD/
+// rollout-<time>-<threadId>.jsonl. The worker saves it after each successful
+// turn to the object store TEAMSTER_NATIVE_STATE and writes it, at the same
+// path under this worker's CODEX_HOME, before the thread's next turn here;
+// thread/resume, on the running app-server, finds a rollout written there,
+// so a session moves between workers that share no CODEX_HOME.
 //
 // # Usage
 //

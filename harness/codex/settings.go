@@ -31,9 +31,10 @@ type settings struct {
 	// launcher). Default: DefaultBinary, the project-local install.
 	Binary string `json:"binary,omitempty"`
 	// CodexHome is CODEX_HOME for the app-server: its config.toml, auth
-	// and the threads' rollouts. Workers that continue each other's
-	// sessions must share it. Default: CODEX_HOME of the worker's
-	// environment, else codex's own default (~/.codex).
+	// and the threads' rollouts (which the worker carries between workers
+	// as the session's native state, so workers need not share it).
+	// Default: CODEX_HOME of the worker's environment, else codex's own
+	// default (~/.codex).
 	CodexHome string `json:"codexHome,omitempty"`
 	// Env are extra environment variables for the app-server, typically
 	// the provider's API key named by its env_key. Their values are never
