@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -17,6 +16,7 @@ import (
 	"github.com/teamster-fleet/teamster"
 	"github.com/teamster-fleet/teamster/bus"
 	"github.com/teamster-fleet/teamster/harness"
+	"github.com/teamster-fleet/teamster/harness/internal/nativecli"
 	"github.com/teamster-fleet/teamster/selection"
 )
 
@@ -162,10 +162,10 @@ func (h *claudeHarness) ValidateRuntimeArtifact(ctx context.Context, a bus.Runti
 // *teamster.Error.
 func (h *claudeHarness) RunAttempt(ctx context.Context, run *harness.Run) (*harness.Outcome, error) {
 	if run == nil || run.Attempt == nil {
-		return nil, failedNone("the run has no attempt")
+		return nil, errs.FailedNone("the run has no attempt")
 	}
 	if run.Host == nil {
-		return nil, failedNone("the run has no host")
+		return nil, errs.FailedNone("the run has no host")
 	}
 	sessionID, err := parseBinding(run.Binding)
 	if err != nil {
@@ -174,9 +174,9 @@ func (h *claudeHarness) RunAttempt(ctx context.Context, run *harness.Run) (*harn
 	v, err := h.version(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, ctxError(ctx)
+			return nil, errs.Ctx(ctx)
 		}
-		return nil, failedNone("%v", err)
+		return nil, errs.FailedNone("%v", err)
 	}
 	// Before anything starts: the artifact check.
 	captured, err := harness.VerifyRuntimeArtifact(run.Attempt, h.artifact(v))
@@ -185,7 +185,7 @@ func (h *claudeHarness) RunAttempt(ctx context.Context, run *harness.Run) (*harn
 	}
 	creds, err := h.s.credentialsFor(run.Attempt.AuthProfileRef)
 	if err != nil {
-		return nil, failedNone("%v", err)
+		return nil, errs.FailedNone("%v", err)
 	}
 	t := newTurn(h, run, ctx, sessionID, creds)
 	out, err := t.drive()
@@ -211,7 +211,7 @@ func parseBinding(raw json.RawMessage) (string, error) {
 	}
 	var b binding
 	if err := json.Unmarshal(raw, &b); err != nil || !validSessionID(b.SessionID) {
-		return "", failedNone("the session's native binding is not a claude session binding ({\"sessionId\": \"<uuid>\"}); reset the session to start a new one")
+		return "", errs.FailedNone("the session's native binding is not a claude session binding ({\"sessionId\": \"<uuid>\"}); reset the session to start a new one")
 	}
 	return b.SessionID, nil
 }
@@ -257,37 +257,5 @@ func randomToken(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// failedNone is a harness_failed error for an attempt that did nothing.
-func failedNone(format string, args ...any) *teamster.Error {
-	return teamster.Errorf(teamster.CodeHarnessFailed, "claude: "+format, args...).WithSideEffects(teamster.SideEffectsNone)
-}
-
-// failed is a harness_failed error for an attempt that may have done
-// something.
-func failed(format string, args ...any) *teamster.Error {
-	return teamster.Errorf(teamster.CodeHarnessFailed, "claude: "+format, args...).WithSideEffects(teamster.SideEffectsPossible)
-}
-
-// ctxError is the attempt's error once ctx is done: its cause when that is a
-// *teamster.Error (cancelled, lease_lost, drain_timeout, deadline_exceeded),
-// else deadline_exceeded or cancelled.
-func ctxError(ctx context.Context) error {
-	var te *teamster.Error
-	if errors.As(context.Cause(ctx), &te) && te != nil {
-		return te
-	}
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return teamster.Errorf(teamster.CodeDeadlineExceeded, "claude: the attempt's deadline passed")
-	}
-	return teamster.Errorf(teamster.CodeCancelled, "claude: the attempt was cancelled")
-}
-
-// hostError is the attempt's error after a failed host callback: the host's
-// *teamster.Error, else harness_failed.
-func hostError(call string, err error) *teamster.Error {
-	var te *teamster.Error
-	if errors.As(err, &te) && te != nil {
-		return te
-	}
-	return failed("host %s: %v", call, err)
-}
+// errs makes the harness's attempt errors, each message starting "claude: ".
+const errs nativecli.Errors = "claude: "

@@ -8,11 +8,12 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/teamster-fleet/teamster/harness/internal/nativecli"
 )
 
 // baseArgs start the CLI in stream-json mode: prompts and steered input as
@@ -45,7 +46,7 @@ type process struct {
 
 	lines  chan []byte   // stdout lines; closed at EOF
 	done   chan struct{} // closed once the process has exited and been reaped
-	stderr *lineLogger
+	stderr *nativecli.StderrLogger
 	exit   error
 }
 
@@ -54,7 +55,7 @@ func startProcess(binary string, args, env []string, dir string, log logrus.Fiel
 	cmd := exec.Command(binary, args...)
 	cmd.Env = env
 	cmd.Dir = dir
-	cmd.SysProcAttr = sysProcAttr()
+	cmd.SysProcAttr = nativecli.SysProcAttr() // a process group of its own
 	cmd.WaitDelay = exitGrace
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -64,14 +65,14 @@ func startProcess(binary string, args, env []string, dir string, log logrus.Fiel
 	if err != nil {
 		return nil, err
 	}
-	stderr := &lineLogger{log: log}
+	stderr := nativecli.NewStderrLogger(log) // a line at a time, at debug level
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", binary, err)
 	}
 	p := &process{cmd: cmd, pid: cmd.Process.Pid, log: log.WithField("pid", cmd.Process.Pid), stdin: stdin,
 		lines: make(chan []byte, 64), done: make(chan struct{}), stderr: stderr}
-	stderr.log = p.log
+	stderr.SetLog(p.log)
 	go p.read(stdout)
 	return p, nil
 }
@@ -91,7 +92,7 @@ func (p *process) read(stdout io.Reader) {
 	}
 	close(p.lines)
 	err := p.cmd.Wait()
-	killGroup(p.cmd) // what the CLI started dies with it
+	nativecli.KillGroup(p.cmd) // what the CLI started dies with it
 	p.exit = err
 	close(p.done)
 }
@@ -148,7 +149,7 @@ func (p *process) closeInput() {
 }
 
 // kill kills the process group at once.
-func (p *process) kill() { killGroup(p.cmd) }
+func (p *process) kill() { nativecli.KillGroup(p.cmd) }
 
 // exitReason describes how the process ended, once done is closed.
 func (p *process) exitReason() string {
@@ -156,59 +157,8 @@ func (p *process) exitReason() string {
 	if p.exit != nil {
 		s = p.exit.Error()
 	}
-	if last := p.stderr.last(); last != "" {
+	if last := p.stderr.Last(); last != "" {
 		s += "; stderr: " + last
-	}
-	return s
-}
-
-// lineLogger logs the CLI's stderr a line at a time, at debug level, each
-// line cut to 1 KiB, and keeps the last line for error messages. The CLI
-// does not print its environment; the harness never logs its values.
-type lineLogger struct {
-	log      logrus.FieldLogger
-	mu       sync.Mutex
-	buf      []byte
-	lastLine string
-}
-
-func (l *lineLogger) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.buf = append(l.buf, b...)
-	for {
-		i := bytes.IndexByte(l.buf, '\n')
-		if i < 0 {
-			break
-		}
-		l.emit(l.buf[:i])
-		l.buf = l.buf[i+1:]
-	}
-	if len(l.buf) > 64<<10 {
-		l.emit(l.buf)
-		l.buf = nil
-	}
-	return len(b), nil
-}
-
-func (l *lineLogger) emit(line []byte) {
-	s := strings.TrimSpace(string(line))
-	if s == "" {
-		return
-	}
-	if len(s) > 1024 {
-		s = s[:1024] + "…"
-	}
-	l.lastLine = s
-	l.log.WithField("stream", "stderr").Debug(s)
-}
-
-func (l *lineLogger) last() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	s := l.lastLine
-	if len(s) > 300 {
-		s = s[:300] + "…"
 	}
 	return s
 }

@@ -1,16 +1,15 @@
 package claude
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
-	"sort"
 	"strings"
+
+	"github.com/teamster-fleet/teamster/harness/internal/nativecli"
 )
 
 // PinnedVersion is the @anthropic-ai/claude-code release this harness was
@@ -93,12 +92,8 @@ type authProfile struct {
 // home is not created here but by the harness.
 func parseSettings(raw json.RawMessage) (settings, error) {
 	var s settings
-	if t := bytes.TrimSpace(raw); len(t) > 0 && string(t) != "null" {
-		dec := json.NewDecoder(bytes.NewReader(raw))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&s); err != nil {
-			return settings{}, fmt.Errorf("claude settings: %w", err)
-		}
+	if err := nativecli.DecodeSettings(raw, &s, "claude settings"); err != nil {
+		return settings{}, err
 	}
 	if err := s.applyDefaults(); err != nil {
 		return settings{}, err
@@ -151,14 +146,14 @@ func (s *settings) validate() error {
 	if _, err := parseVersion(s.MinVersion); err != nil {
 		return fmt.Errorf("claude settings: minVersion: %w", err)
 	}
-	if !validEnvName(s.APIKeyEnv) {
+	if !nativecli.ValidEnvName(s.APIKeyEnv) {
 		return fmt.Errorf("claude settings: apiKeyEnv %q is not a variable name", s.APIKeyEnv)
 	}
 	for ref, p := range s.AuthProfiles {
 		if ref == "" {
 			return errors.New("claude settings: authProfiles has an empty profile name")
 		}
-		if !validEnvName(p.APIKeyEnv) {
+		if !nativecli.ValidEnvName(p.APIKeyEnv) {
 			return fmt.Errorf("claude settings: authProfiles[%q].apiKeyEnv %q is not a variable name", ref, p.APIKeyEnv)
 		}
 		if p.BaseURL != "" && !validURL(p.BaseURL) {
@@ -169,7 +164,7 @@ func (s *settings) validate() error {
 		return fmt.Errorf("claude settings: baseUrl %q is not an http(s) URL", s.BaseURL)
 	}
 	for k, v := range s.Env {
-		if !validEnvName(k) {
+		if !nativecli.ValidEnvName(k) {
 			return fmt.Errorf("claude settings: env key %q is not a variable name", k)
 		}
 		if k == "HOME" || k == "ANTHROPIC_API_KEY" {
@@ -202,13 +197,6 @@ func (s *settings) validate() error {
 	return nil
 }
 
-func validEnvName(k string) bool {
-	if k == "" || strings.ContainsAny(k, "=\x00") {
-		return false
-	}
-	return true
-}
-
 func validURL(u string) bool {
 	return (strings.HasPrefix(u, "http://") || strings.HasPrefix(u, "https://")) && !strings.ContainsAny(u, " \x00\n")
 }
@@ -219,43 +207,12 @@ func validURL(u string) bool {
 // install.sh would put it (under the nearest directory with a go.mod, else
 // the working directory), so that the error names that path.
 func DefaultBinary() (string, error) {
-	wd, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("claude settings: default binary: %w", err)
-	}
-	root := ""
-	for dir := wd; ; {
-		p := filepath.Join(dir, localBinary)
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil && root == "" {
-			root = dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			break
-		}
-		dir = parent
-	}
-	if root == "" {
-		root = wd
-	}
-	return filepath.Join(root, localBinary), nil
+	return nativecli.FindBinary(localBinary, "claude settings")
 }
 
 // checkBinary reports a missing or unusable binary with what to do about it.
 func checkBinary(path string) error {
-	st, err := os.Stat(path)
-	switch {
-	case err != nil:
-		return fmt.Errorf("claude binary %s not found (%v): run `make deps` (harness/claude/install.sh installs @anthropic-ai/claude-code %s) or set the harness setting \"binary\"", path, errors.Unwrap(err), PinnedVersion)
-	case st.IsDir():
-		return fmt.Errorf("claude binary %s is a directory", path)
-	case runtime.GOOS != "windows" && st.Mode()&0o111 == 0:
-		return fmt.Errorf("claude binary %s is not executable", path)
-	}
-	return nil
+	return nativecli.CheckBinary(path, "claude", "harness/claude/install.sh installs @anthropic-ai/claude-code "+PinnedVersion)
 }
 
 // inheritedEnv are the variables of the worker's environment the CLI
@@ -313,12 +270,7 @@ func (s *settings) credentialsFor(ref string) (credentials, error) {
 // quiet switches, the base URL, the settings' env, then the key (c may be
 // the zero value: no key, for `claude --version`).
 func (s *settings) environ(home string, c credentials) []string {
-	env := map[string]string{}
-	for _, k := range inheritedEnv {
-		if v, ok := os.LookupEnv(k); ok {
-			env[k] = v
-		}
-	}
+	env := nativecli.Inherit(inheritedEnv)
 	// A proxy must not see the loopback traffic (the gateway's MCP server,
 	// a local endpoint).
 	for _, k := range []string{"NO_PROXY", "no_proxy"} {
@@ -339,24 +291,12 @@ func (s *settings) environ(home string, c credentials) []string {
 	if c.key != "" {
 		env["ANTHROPIC_API_KEY"] = c.key
 	}
-	out := make([]string, 0, len(env))
-	for k, v := range env {
-		out = append(out, k+"="+v)
-	}
-	sort.Strings(out)
-	return out
+	return nativecli.Environ(env)
 }
 
 // envKeys are the names (never the values) of the settings' extra
 // variables, for logs.
-func (s *settings) envKeys() []string {
-	keys := make([]string, 0, len(s.Env))
-	for k := range s.Env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
+func (s *settings) envKeys() []string { return nativecli.Keys(s.Env) }
 
 // profileNames are the configured auth profiles' names, for logs.
 func (s *settings) profileNames() []string {

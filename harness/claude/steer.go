@@ -2,9 +2,8 @@ package claude
 
 import (
 	"errors"
-	"sync"
 
-	"github.com/teamster-fleet/teamster"
+	"github.com/teamster-fleet/teamster/harness/internal/nativecli"
 	"github.com/teamster-fleet/teamster/injection"
 )
 
@@ -39,62 +38,20 @@ import (
 //
 // Images of injected input are not forwarded.
 
-// steerer writes steers for one turn.
-type steerer struct {
-	t  *turn
-	mu sync.Mutex // one steer at a time, in admission order
+// newSteerer is the turn's injection side: its handles write each item with
+// steer, one at a time.
+func (t *turn) newSteerer() *nativecli.Steerer {
+	return nativecli.NewSteerer("claude", &t.ended, t.steer)
 }
 
-// steerV2 is the injection.V2 handle of a run whose manifest says "v2".
-type steerV2 struct{ steerer }
-
-var _ injection.V2 = (*steerV2)(nil)
-
-// QueueMessage steers the turn with text. A missing assertion counts as
-// false.
-func (h *steerV2) QueueMessage(text string, opts injection.QueueOptions, assertCurrent injection.AssertFunc, kind injection.Kind) error {
-	refused, invalid := kind.Refusal("claude")
-	if invalid != nil {
-		injection.Refuse(opts)
-		return invalid
-	}
-	if assertCurrent == nil {
-		assertCurrent = func() bool { return false }
-	}
-	return h.steer(text, opts, assertCurrent, refused)
-}
-
-// steerV1 is the injection.V1 handle of a run whose manifest says "v1": it
-// steers ordinary input with the run's own check only.
-type steerV1 struct{ steerer }
-
-var _ injection.V1 = (*steerV1)(nil)
-
-// QueueMessage steers the turn with text.
-func (h *steerV1) QueueMessage(text string, opts injection.QueueOptions) error {
-	return h.steer(text, opts, nil, teamster.Errorf(teamster.CodeNoActiveRun, "claude: the run no longer accepts this input"))
-}
-
-// steer writes one user line. assertCurrent (nil for V1) is called last,
-// immediately before the write.
-func (s *steerer) steer(text string, opts injection.QueueOptions, assertCurrent injection.AssertFunc, refused *teamster.Error) error {
-	t := s.t
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if t.ended.Load() {
-		injection.Refuse(opts)
-		return noActiveRun()
-	}
+// steer writes one user line; guard (the run's own check, then the host's
+// assertion) is called under the process's write lock, immediately before
+// the write.
+func (t *turn) steer(text string, opts injection.QueueOptions, guard func() bool) error {
 	uuid := newUUID()
 	st := injection.NewSettler(opts)
-	guardSaidNo := ""
-	guard := func() bool {
-		if t.ended.Load() {
-			guardSaidNo = "run"
-			return false
-		}
-		if assertCurrent != nil && !assertCurrent() {
-			guardSaidNo = "assertion"
+	register := func() bool {
+		if !guard() {
 			return false
 		}
 		// Registered before the write: the turn does not end while a
@@ -104,18 +61,14 @@ func (s *steerer) steer(text string, opts injection.QueueOptions, assertCurrent 
 		t.mu.Unlock()
 		return true
 	}
-	err := t.p.write(newUserLine(uuid, text, "next"), guard)
+	err := t.p.write(newUserLine(uuid, text, "next"), register)
 	switch {
 	case err == nil:
 		st.Accept()
 		t.log.WithField("command", uuid).Debug("claude: steer written")
 		return nil
 	case errors.Is(err, errRefused):
-		injection.Refuse(opts)
-		if guardSaidNo == "run" {
-			return noActiveRun()
-		}
-		return refused
+		return err // nothing written: the steerer refuses the item
 	default:
 		// Not written (stdin closed, or the pipe broke: the process is
 		// gone and nothing of the line was taken in).
@@ -124,10 +77,6 @@ func (s *steerer) steer(text string, opts injection.QueueOptions, assertCurrent 
 		t.mu.Unlock()
 		injection.Refuse(opts)
 		t.log.WithError(err).Info("claude: a steer could not be written")
-		return noActiveRun()
+		return errs.Ended()
 	}
-}
-
-func noActiveRun() *teamster.Error {
-	return teamster.Errorf(teamster.CodeNoActiveRun, "claude: the turn has ended")
 }

@@ -16,8 +16,8 @@ import (
 	"github.com/teamster-fleet/teamster"
 	"github.com/teamster-fleet/teamster/bus"
 	"github.com/teamster-fleet/teamster/harness"
+	"github.com/teamster-fleet/teamster/harness/internal/nativecli"
 	"github.com/teamster-fleet/teamster/injection"
-	"github.com/teamster-fleet/teamster/selection"
 )
 
 // Bounds of a turn's cleanup.
@@ -61,12 +61,13 @@ type turn struct {
 	// more input.
 	ended atomic.Bool
 
-	mu            sync.Mutex // guards the fields below
-	cmds          map[string]*command
-	lastToolError json.RawMessage
-	failErr       error
-	failed        chan struct{} // closed by the first fail
-	handlers      sync.WaitGroup
+	// rel is the turn's side of the Host contract: events, usage, tool
+	// calls (their lastToolError) and the turn's first failure.
+	rel      *nativecli.Relay
+	handlers sync.WaitGroup // tool calls in hand
+
+	mu   sync.Mutex // guards cmds
+	cmds map[string]*command
 }
 
 // command is a user line the harness wrote: the prompt or a steer.
@@ -78,14 +79,15 @@ type command struct {
 func newTurn(h *claudeHarness, run *harness.Run, ctx context.Context, sessionID string, creds credentials) *turn {
 	a := run.Attempt
 	t := &turn{h: h, run: run, ctx: ctx, creds: creds, sessionID: sessionID, resume: sessionID != "",
-		out: &harness.Outcome{AssistantTexts: []string{}}, failed: make(chan struct{}), cmds: map[string]*command{},
+		out: &harness.Outcome{AssistantTexts: []string{}}, cmds: map[string]*command{},
 		log: h.log.WithFields(logrus.Fields{"attempt": a.AttemptID, "worker": run.WorkerID, "fence": run.Fence, "keyEnv": creds.keyEnv})}
 	t.hctx, t.hcancel = context.WithCancel(ctx)
+	t.rel = nativecli.NewRelay(run.Host, t.hctx, errs)
 	if t.sessionID == "" {
 		t.sessionID = newUUID()
 	}
 	t.log = t.log.WithField("session", t.sessionID)
-	t.tools = offeredTools(a)
+	t.tools = nativecli.OfferedTools(a)
 	return t
 }
 
@@ -98,19 +100,19 @@ func (t *turn) drive() (*harness.Outcome, error) {
 	if len(t.tools) > 0 {
 		m, err := startMCP(t)
 		if err != nil {
-			return nil, failedNone("start the gateway's MCP server: %v", err)
+			return nil, errs.FailedNone("start the gateway's MCP server: %v", err)
 		}
 		t.mcp = m
 		defer m.close()
 	}
 	args, cleanup, err := t.args()
 	if err != nil {
-		return nil, failedNone("%v", err)
+		return nil, errs.FailedNone("%v", err)
 	}
 	defer cleanup()
 	p, err := startProcess(t.h.s.Binary, args, t.h.s.environ(t.h.home, t.creds), t.h.cwd, t.log)
 	if err != nil {
-		return nil, failedNone("%v", err)
+		return nil, errs.FailedNone("%v", err)
 	}
 	t.p = p
 	t.log = p.log
@@ -133,7 +135,7 @@ func (t *turn) drive() (*harness.Outcome, error) {
 	t.mu.Unlock()
 	if err := p.write(newUserLine(uuid, t.run.Attempt.Prompt, ""), nil); err != nil {
 		p.kill()
-		return nil, failedNone("write the prompt: %v", err)
+		return nil, errs.FailedNone("write the prompt: %v", err)
 	}
 	t.log.WithField("resume", t.resume).Debug("claude: turn started")
 	t.installInjector()
@@ -192,7 +194,7 @@ func (t *turn) model() string {
 // externally visible step: lease_lost when the run may no longer act.
 func (t *turn) current() error {
 	if t.ctx.Err() != nil {
-		return ctxError(t.ctx)
+		return errs.Ctx(t.ctx)
 	}
 	if t.run.Current != nil && !t.run.Current() {
 		return teamster.Errorf(teamster.CodeLeaseLost, "claude: the run's lease is no longer current; not starting the turn").WithSideEffects(teamster.SideEffectsNone)
@@ -202,12 +204,7 @@ func (t *turn) current() error {
 
 // installInjector installs the run's injection handle as the manifest says.
 func (t *turn) installInjector() {
-	switch t.h.m.InjectionLevel() {
-	case selection.InjectionV2:
-		t.run.SetInjector(&steerV2{steerer{t: t}})
-	case selection.InjectionV1:
-		t.run.SetInjector(&steerV1{steerer{t: t}})
-	}
+	t.newSteerer().Install(t.run, t.h.m)
 }
 
 // loop relays the CLI's lines until the turn is over, the attempt's context
@@ -223,9 +220,9 @@ func (t *turn) loop() (*harness.Outcome, error) {
 				return t.finish(err)
 			}
 		case <-t.ctx.Done():
-			return nil, t.abort(ctxError(t.ctx))
-		case <-t.failed:
-			return nil, t.abort(t.failure())
+			return nil, t.abort(errs.Ctx(t.ctx))
+		case <-t.rel.Failed():
+			return nil, t.abort(t.rel.Failure())
 		}
 	}
 }
@@ -283,13 +280,13 @@ func (t *turn) streamEvent(e *streamEvent) {
 		}
 	case "content_block_delta":
 		if e.Delta != nil && e.Delta.Type == "text_delta" && e.Delta.Text != "" {
-			t.emit(bus.EventPartial, bus.PartialData{Text: e.Delta.Text, ItemID: t.meter.id})
+			t.rel.Emit(bus.EventPartial, bus.PartialData{Text: e.Delta.Text, ItemID: t.meter.id})
 		}
 	case "message_delta":
 		t.meter.delta(e.Usage)
 	case "message_stop":
 		if id, tokens, ok := t.meter.stop(); ok {
-			t.reportUsage(id, tokens)
+			t.rel.ReportUsage(id, tokens)
 		}
 	}
 }
@@ -309,7 +306,7 @@ func (t *turn) assistant(l *outLine) {
 			}
 		case "thinking":
 			if text := strings.TrimSpace(b.Thinking); text != "" {
-				t.emit(bus.EventAgent, bus.AgentData{Kind: bus.AgentReasoning, Text: text})
+				t.rel.Emit(bus.EventAgent, bus.AgentData{Kind: bus.AgentReasoning, Text: text})
 				t.out.ReasoningText = appendText(t.out.ReasoningText, text)
 			}
 		case "tool_use":
@@ -374,7 +371,7 @@ func (t *turn) result(l *outLine) (bool, error) {
 // resultError is the error of a result line that says the pass failed.
 func (t *turn) resultError(l *outLine) error {
 	if t.ctx.Err() != nil {
-		return ctxError(t.ctx)
+		return errs.Ctx(t.ctx)
 	}
 	why := strings.Join(l.Errors, "; ")
 	if why == "" {
@@ -387,7 +384,7 @@ func (t *turn) resultError(l *outLine) error {
 		why = why[:500] + "…"
 	}
 	if !t.inited && t.resume {
-		return failedNone("cannot resume the session %s (%s): its transcript is not under this worker's home; the turn did not start", t.sessionID, why)
+		return errs.FailedNone("cannot resume the session %s (%s): its transcript is not under this worker's home; the turn did not start", t.sessionID, why)
 	}
 	return t.failure0("the turn ended with %s (%s): %s", l.Subtype, l.TerminalReason, why)
 }
@@ -395,9 +392,9 @@ func (t *turn) resultError(l *outLine) error {
 // failure0 is harness_failed with the side effects the turn may have had.
 func (t *turn) failure0(format string, args ...any) *teamster.Error {
 	if t.requested.Load() || t.toolRan.Load() {
-		return failed(format, args...)
+		return errs.Failed(format, args...)
 	}
-	return failedNone(format, args...)
+	return errs.FailedNone(format, args...)
 }
 
 // finish ends a turn that completed (err nil) or failed at the CLI: the CLI
@@ -410,15 +407,13 @@ func (t *turn) finish(err error) (*harness.Outcome, error) {
 	}
 	t.waitExit(exitGrace)
 	t.waitHandlers(t.cleanupBudget())
-	if ferr := t.failure(); ferr != nil {
+	if ferr := t.rel.Failure(); ferr != nil {
 		return nil, ferr
 	}
 	if err != nil {
 		return nil, err
 	}
-	t.mu.Lock()
-	t.out.LastToolError = t.lastToolError
-	t.mu.Unlock()
+	t.out.LastToolError = t.rel.LastToolError()
 	t.out.NativeSession = encodeBinding(t.sessionID)
 	t.log.WithField("texts", len(t.out.AssistantTexts)).Debug("claude: turn completed")
 	return t.out, nil
@@ -474,9 +469,9 @@ func (t *turn) died() error {
 	t.hcancel()
 	<-t.p.done
 	if t.ctx.Err() != nil {
-		return ctxError(t.ctx)
+		return errs.Ctx(t.ctx)
 	}
-	if ferr := t.failure(); ferr != nil {
+	if ferr := t.rel.Failure(); ferr != nil {
 		return ferr
 	}
 	return t.failure0("the claude process (pid %d) exited during the turn (%s); the turn is not replayed", t.p.pid, t.p.exitReason())
@@ -534,54 +529,12 @@ func (t *turn) reap() {
 // cleanupBudget is how long aborting may take: most of the attempt's grace
 // (settlementTimeoutMs), within [minCleanup, maxCleanup].
 func (t *turn) cleanupBudget() time.Duration {
-	d := t.run.Attempt.SettlementTimeout() * 3 / 4
-	return min(max(d, minCleanup), maxCleanup)
+	return nativecli.CleanupBudget(t.run.Attempt, minCleanup, maxCleanup)
 }
 
+// waitHandlers waits up to d for the tool calls in hand.
 func (t *turn) waitHandlers(d time.Duration) {
-	done := make(chan struct{})
-	go func() {
-		t.handlers.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(max(d, 0)):
+	if !nativecli.Wait(&t.handlers, d) {
 		t.log.Warn("claude: tool calls still in hand after the turn ended")
-	}
-}
-
-// fail ends the turn with err (the first failure wins); the loop interrupts
-// it.
-func (t *turn) fail(err error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.failErr == nil {
-		t.failErr = err
-		close(t.failed)
-	}
-}
-
-func (t *turn) failure() error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.failErr
-}
-
-// emit sends an event; a host that cannot take it ends the turn.
-func (t *turn) emit(eventType string, data any) {
-	if err := t.run.Host.Emit(t.hctx, eventType, data); err != nil && t.hctx.Err() == nil {
-		t.fail(hostError("emit", err))
-	}
-}
-
-// reportUsage reports one completed response's output tokens through the
-// host (which de-duplicates by response id and emits the usage event).
-func (t *turn) reportUsage(responseID string, tokens int64) {
-	if tokens <= 0 {
-		return
-	}
-	if err := t.run.Host.ReportUsage(t.hctx, responseID, tokens); err != nil && t.hctx.Err() == nil {
-		t.fail(hostError("usage", err))
 	}
 }

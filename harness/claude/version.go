@@ -4,9 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/teamster-fleet/teamster/harness/internal/nativecli"
 )
 
 // versionTimeout bounds `claude --version`.
@@ -14,50 +15,11 @@ const versionTimeout = 30 * time.Second
 
 // version is a Claude Code release version: major.minor.patch with an
 // optional pre-release suffix, which sorts before the release.
-type version struct {
-	nums [3]int
-	pre  string
-	text string
-}
+type version = nativecli.Version
 
 // parseVersion reads "2.1.328", "2.2.0-beta.1" (build metadata after "+" is
 // ignored); missing minor or patch parts read as 0.
-func parseVersion(s string) (version, error) {
-	v := version{text: s}
-	core, _, _ := strings.Cut(s, "+")
-	core, v.pre, _ = strings.Cut(core, "-")
-	parts := strings.Split(core, ".")
-	if core == "" || len(parts) > 3 {
-		return version{}, fmt.Errorf("%q is not a version (major.minor.patch)", s)
-	}
-	for i, p := range parts {
-		n, err := strconv.Atoi(p)
-		if err != nil || n < 0 {
-			return version{}, fmt.Errorf("%q is not a version (major.minor.patch)", s)
-		}
-		v.nums[i] = n
-	}
-	return v, nil
-}
-
-func (v version) String() string { return v.text }
-
-// less reports whether v sorts before w.
-func (v version) less(w version) bool {
-	for i := range v.nums {
-		if v.nums[i] != w.nums[i] {
-			return v.nums[i] < w.nums[i]
-		}
-	}
-	switch {
-	case v.pre == w.pre, v.pre == "":
-		return false
-	case w.pre == "":
-		return true
-	default:
-		return v.pre < w.pre
-	}
-}
+func parseVersion(s string) (version, error) { return nativecli.ParseVersion(s) }
 
 // versionOutput reads the first word of `claude --version`, which prints
 // "2.1.328 (Claude Code)".
@@ -79,7 +41,7 @@ func checkVersion(got version, min string) error {
 	if err != nil {
 		return fmt.Errorf("minimum version: %w", err)
 	}
-	if got.less(want) {
+	if got.Less(want) {
 		return fmt.Errorf("the claude CLI is version %s, older than the minimum version %s (harness setting minVersion)", got, want)
 	}
 	return nil

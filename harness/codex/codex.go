@@ -3,7 +3,6 @@ package codex
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"sync"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/teamster-fleet/teamster"
 	"github.com/teamster-fleet/teamster/bus"
 	"github.com/teamster-fleet/teamster/harness"
+	"github.com/teamster-fleet/teamster/harness/internal/nativecli"
 	"github.com/teamster-fleet/teamster/selection"
 )
 
@@ -124,10 +124,10 @@ func (h *codexHarness) ValidateRuntimeArtifact(ctx context.Context, a bus.Runtim
 // error it returns is a *teamster.Error.
 func (h *codexHarness) RunAttempt(ctx context.Context, run *harness.Run) (*harness.Outcome, error) {
 	if run == nil || run.Attempt == nil {
-		return nil, failedNone("the run has no attempt")
+		return nil, errs.FailedNone("the run has no attempt")
 	}
 	if run.Host == nil {
-		return nil, failedNone("the run has no host")
+		return nil, errs.FailedNone("the run has no host")
 	}
 	threadID, err := parseBinding(run.Binding)
 	if err != nil {
@@ -136,9 +136,9 @@ func (h *codexHarness) RunAttempt(ctx context.Context, run *harness.Run) (*harne
 	p, err := h.sup.acquire(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, ctxError(ctx)
+			return nil, errs.Ctx(ctx)
 		}
-		return nil, failedNone("the codex app-server is not available: %v", err)
+		return nil, errs.FailedNone("the codex app-server is not available: %v", err)
 	}
 	// Before any thread is started or resumed: the artifact check.
 	captured, err := harness.VerifyRuntimeArtifact(run.Attempt, h.artifact(p))
@@ -169,7 +169,7 @@ func parseBinding(raw json.RawMessage) (string, error) {
 	}
 	var b binding
 	if err := json.Unmarshal(raw, &b); err != nil || b.ThreadID == "" {
-		return "", failedNone("the session's native binding is not a codex thread binding ({\"threadId\": ...}); reset the session to start a new thread")
+		return "", errs.FailedNone("the session's native binding is not a codex thread binding ({\"threadId\": ...}); reset the session to start a new thread")
 	}
 	return b.ThreadID, nil
 }
@@ -179,37 +179,5 @@ func encodeBinding(threadID string) json.RawMessage {
 	return b
 }
 
-// failedNone is a harness_failed error for an attempt that did nothing.
-func failedNone(format string, args ...any) *teamster.Error {
-	return teamster.Errorf(teamster.CodeHarnessFailed, "codex: "+format, args...).WithSideEffects(teamster.SideEffectsNone)
-}
-
-// failed is a harness_failed error for an attempt that may have done
-// something.
-func failed(format string, args ...any) *teamster.Error {
-	return teamster.Errorf(teamster.CodeHarnessFailed, "codex: "+format, args...).WithSideEffects(teamster.SideEffectsPossible)
-}
-
-// ctxError is the attempt's error once ctx is done: its cause when that is a
-// *teamster.Error (cancelled, lease_lost, drain_timeout, deadline_exceeded),
-// else deadline_exceeded or cancelled.
-func ctxError(ctx context.Context) error {
-	var te *teamster.Error
-	if errors.As(context.Cause(ctx), &te) && te != nil {
-		return te
-	}
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return teamster.Errorf(teamster.CodeDeadlineExceeded, "codex: the attempt's deadline passed")
-	}
-	return teamster.Errorf(teamster.CodeCancelled, "codex: the attempt was cancelled")
-}
-
-// hostError is the attempt's error after a failed host callback: the host's
-// *teamster.Error, else harness_failed.
-func hostError(call string, err error) *teamster.Error {
-	var te *teamster.Error
-	if errors.As(err, &te) && te != nil {
-		return te
-	}
-	return failed("host %s: %v", call, err)
-}
+// errs makes the harness's attempt errors, each message starting "codex: ".
+const errs nativecli.Errors = "codex: "

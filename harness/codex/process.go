@@ -1,17 +1,17 @@
 package codex
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os/exec"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/teamster-fleet/teamster/harness/internal/nativecli"
 )
 
 // appServerArgs start the app-server on stdio. thread_unload_delay_secs=0
@@ -80,7 +80,7 @@ func startProcess(ctx context.Context, p processParams) (*process, error) {
 	cmd := exec.Command(s.Binary, appServerArgs...)
 	cmd.Env = s.environ()
 	cmd.Dir = s.Cwd
-	cmd.SysProcAttr = sysProcAttr()
+	cmd.SysProcAttr = nativecli.SysProcAttr()
 	cmd.WaitDelay = closeGrace
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -90,7 +90,8 @@ func startProcess(ctx context.Context, p processParams) (*process, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd.Stderr = &lineLogger{log: p.log}
+	// stderr is logged a line at a time, at debug level.
+	cmd.Stderr = nativecli.NewStderrLogger(p.log)
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start the codex app-server %s: %w", s.Binary, err)
 	}
@@ -184,48 +185,11 @@ func (p *process) close() {
 	}
 }
 
-// kill kills the process and its process group at once.
+// kill kills the process and its process group at once: the app-server runs
+// in a process group of its own (and on Linux dies with the worker), so that
+// the commands it runs die with it.
 func (p *process) kill() {
-	killGroup(p.cmd)
-}
-
-// lineLogger logs the app-server's stderr a line at a time, at debug level,
-// each line cut to 1 KiB. The app-server's own log does not print the
-// environment; the harness never logs its values.
-type lineLogger struct {
-	log logrus.FieldLogger
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (l *lineLogger) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.buf = append(l.buf, b...)
-	for {
-		i := bytes.IndexByte(l.buf, '\n')
-		if i < 0 {
-			break
-		}
-		l.emit(l.buf[:i])
-		l.buf = l.buf[i+1:]
-	}
-	if len(l.buf) > 64<<10 {
-		l.emit(l.buf)
-		l.buf = nil
-	}
-	return len(b), nil
-}
-
-func (l *lineLogger) emit(line []byte) {
-	s := strings.TrimSpace(string(line))
-	if s == "" {
-		return
-	}
-	if len(s) > 1024 {
-		s = s[:1024] + "…"
-	}
-	l.log.WithField("stream", "stderr").Debug(s)
+	nativecli.KillGroup(p.cmd)
 }
 
 // isUnanswered reports whether err says a request was sent but its outcome is

@@ -6,7 +6,6 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/teamster-fleet/teamster"
 	"github.com/teamster-fleet/teamster/bus"
 )
 
@@ -69,86 +68,11 @@ func (t *turn) toolCall(p dynamicToolCallParams) dynamicToolCallResult {
 	if p.Namespace != nil && *p.Namespace != "" {
 		name = *p.Namespace + "." + p.Tool
 	}
-	var args json.RawMessage
-	if len(p.Arguments) > 0 && string(p.Arguments) != "null" {
-		args = p.Arguments
+	text, isError := t.rel.Tool(t.log, p.CallID, name, t.tools[name], p.Arguments)
+	if isError {
+		return toolFailure(text)
 	}
-	call := bus.ToolCall{V: bus.Version, CallID: p.CallID, Name: name, Args: args}
-	log := t.log.WithFields(logrus.Fields{"tool": name, "callId": p.CallID})
-
-	if !t.tools[name] {
-		e := teamster.Errorf(teamster.CodeInvalidRequest, "tool %.80q was not offered to this turn", name)
-		errJSON, _ := json.Marshal(e)
-		t.emit(bus.EventTool, bus.ToolData{CallID: p.CallID, Name: name, Args: args, Outcome: bus.OutcomeFailure, Error: errJSON})
-		t.terminal(call, false, bus.OutcomeFailure, errJSON)
-		return toolFailure(e.Message)
-	}
-
-	reply, err := t.run.Host.Tool(t.hctx, call)
-	if err != nil {
-		if t.hctx.Err() != nil {
-			return toolFailure("the turn was cancelled before the tool answered")
-		}
-		t.fail(hostError("tool", err))
-		return toolFailure("the host could not run the tool")
-	}
-	if reply == nil {
-		t.fail(failed("the host's tool callback for %s returned no reply", p.CallID))
-		return toolFailure("the host could not run the tool")
-	}
-	ev := bus.ToolData{CallID: p.CallID, Name: name, Args: args}
-	var res dynamicToolCallResult
-	if reply.Status == bus.StatusOK {
-		ev.Outcome = bus.OutcomeSuccess
-		ev.Result = reply.Result
-		if len(ev.Result) == 0 {
-			ev.Result = json.RawMessage("null")
-		}
-		res = dynamicToolCallResult{Success: true, ContentItems: []toolContent{{Type: "inputText", Text: toolText(ev.Result)}}}
-	} else {
-		ev.Outcome = bus.OutcomeFailure
-		e := reply.Error
-		if e == nil {
-			e = teamster.Errorf(teamster.CodeHarnessFailed, "the host refused the tool call without an error")
-		}
-		ev.Error, _ = json.Marshal(e)
-		res = toolFailure("the tool failed: " + e.Message)
-	}
-	log.WithField("outcome", ev.Outcome).Debug("codex: tool call")
-	t.emit(bus.EventTool, ev)
-	t.terminal(call, true, ev.Outcome, ev.Error)
-	return res
-}
-
-// terminal reports a tool call's terminal outcome and keeps the host's
-// canonical lastToolError.
-func (t *turn) terminal(call bus.ToolCall, started bool, outcome string, errJSON json.RawMessage) {
-	term, err := t.run.Host.ToolTerminal(t.hctx, bus.ToolTerminal{V: bus.Version, CallID: call.CallID, Name: call.Name,
-		Args: call.Args, ExecutionStarted: started, Outcome: outcome, Error: errJSON})
-	switch {
-	case err != nil:
-		if t.hctx.Err() == nil {
-			t.fail(hostError("toolTerminal", err))
-		}
-	case term == nil:
-		t.fail(failed("the host's toolTerminal callback for %s returned no reply", call.CallID))
-	case term.Status != bus.StatusOK:
-		t.fail(failed("the host refused the terminal report of %s: %v", call.CallID, term.Error))
-	default:
-		t.mu.Lock()
-		t.lastToolError = term.LastToolError
-		t.mu.Unlock()
-	}
-}
-
-// toolText is a tool result as the model reads it: a JSON string's text, any
-// other JSON value as JSON.
-func toolText(result json.RawMessage) string {
-	var s string
-	if json.Unmarshal(result, &s) == nil {
-		return s
-	}
-	return string(result)
+	return dynamicToolCallResult{Success: true, ContentItems: []toolContent{{Type: "inputText", Text: text}}}
 }
 
 func toolFailure(text string) dynamicToolCallResult {
@@ -164,7 +88,7 @@ func (t *turn) approval(m *message) any {
 		decision = bus.ApprovalAccepted
 	}
 	t.log.WithFields(logrus.Fields{"request": m.Method, "decision": decision}).Info("codex: approval request")
-	t.emit(bus.EventAgent, bus.ApprovalData{Kind: bus.AgentApproval, Request: m.Method, Decision: decision})
+	t.rel.Emit(bus.EventAgent, bus.ApprovalData{Kind: bus.AgentApproval, Request: m.Method, Decision: decision})
 	switch m.Method {
 	case reqCommandApproval, reqFileChangeApproval:
 		if allow {

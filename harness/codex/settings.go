@@ -1,15 +1,13 @@
 package codex
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
-	"runtime"
-	"sort"
 	"strings"
+
+	"github.com/teamster-fleet/teamster/harness/internal/nativecli"
 )
 
 // PinnedVersion is the @openai/codex release this harness was built and
@@ -57,12 +55,8 @@ type settings struct {
 // all the defaults), applies the defaults and validates them.
 func parseSettings(raw json.RawMessage) (settings, error) {
 	var s settings
-	if len(bytes.TrimSpace(raw)) > 0 && string(bytes.TrimSpace(raw)) != "null" {
-		dec := json.NewDecoder(bytes.NewReader(raw))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&s); err != nil {
-			return settings{}, fmt.Errorf("codex settings: %w", err)
-		}
+	if err := nativecli.DecodeSettings(raw, &s, "codex settings"); err != nil {
+		return settings{}, err
 	}
 	if err := s.applyDefaults(); err != nil {
 		return settings{}, err
@@ -96,7 +90,7 @@ func (s *settings) validate() error {
 		return fmt.Errorf("codex settings: minVersion: %w", err)
 	}
 	for k, v := range s.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
+		if !nativecli.ValidEnvName(k) {
 			return fmt.Errorf("codex settings: env key %q is not a variable name", k)
 		}
 		if strings.ContainsRune(v, 0) {
@@ -118,43 +112,12 @@ func (s *settings) validate() error {
 // install.sh would put it (under the nearest directory with a go.mod, else
 // the working directory), so that the error names that path.
 func DefaultBinary() (string, error) {
-	wd, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("codex settings: default binary: %w", err)
-	}
-	root := ""
-	for dir := wd; ; {
-		p := filepath.Join(dir, localBinary)
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil && root == "" {
-			root = dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			break
-		}
-		dir = parent
-	}
-	if root == "" {
-		root = wd
-	}
-	return filepath.Join(root, localBinary), nil
+	return nativecli.FindBinary(localBinary, "codex settings")
 }
 
 // checkBinary reports a missing or unusable binary with what to do about it.
 func checkBinary(path string) error {
-	st, err := os.Stat(path)
-	switch {
-	case err != nil:
-		return fmt.Errorf("codex binary %s not found (%v): run `make deps` (harness/codex/install.sh installs @openai/codex %s) or set the harness setting \"binary\"", path, errors.Unwrap(err), PinnedVersion)
-	case st.IsDir():
-		return fmt.Errorf("codex binary %s is a directory", path)
-	case runtime.GOOS != "windows" && st.Mode()&0o111 == 0:
-		return fmt.Errorf("codex binary %s is not executable", path)
-	}
-	return nil
+	return nativecli.CheckBinary(path, "codex", "harness/codex/install.sh installs @openai/codex "+PinnedVersion)
 }
 
 // inheritedEnv are the variables of the worker's environment the app-server
@@ -169,33 +132,16 @@ var inheritedEnv = []string{
 // environ is the app-server's environment: the inherited variables, then
 // CODEX_HOME from the settings, then the settings' env (which wins).
 func (s *settings) environ() []string {
-	env := map[string]string{}
-	for _, k := range inheritedEnv {
-		if v, ok := os.LookupEnv(k); ok {
-			env[k] = v
-		}
-	}
+	env := nativecli.Inherit(inheritedEnv)
 	if s.CodexHome != "" {
 		env["CODEX_HOME"] = s.CodexHome
 	}
 	for k, v := range s.Env {
 		env[k] = v
 	}
-	out := make([]string, 0, len(env))
-	for k, v := range env {
-		out = append(out, k+"="+v)
-	}
-	sort.Strings(out)
-	return out
+	return nativecli.Environ(env)
 }
 
 // envKeys are the names (never the values) of the settings' extra
 // variables, for logs.
-func (s *settings) envKeys() []string {
-	keys := make([]string, 0, len(s.Env))
-	for k := range s.Env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
+func (s *settings) envKeys() []string { return nativecli.Keys(s.Env) }

@@ -3,9 +3,9 @@ package codex
 import (
 	"context"
 	"errors"
-	"sync"
 
 	"github.com/teamster-fleet/teamster"
+	"github.com/teamster-fleet/teamster/harness/internal/nativecli"
 	"github.com/teamster-fleet/teamster/injection"
 )
 
@@ -31,64 +31,15 @@ import (
 // Images of injected input are not forwarded (the worker's inject requests
 // carry no image the app-server could fetch).
 
-// steerer writes steers for one turn.
-type steerer struct {
-	t  *turn
-	mu sync.Mutex // one steer at a time, in admission order
+// newSteerer is the turn's injection side: its handles write each item with
+// steer, one at a time.
+func (t *turn) newSteerer() *nativecli.Steerer {
+	return nativecli.NewSteerer("codex", &t.ended, t.steer)
 }
 
-// steerV2 is the injection.V2 handle of a run whose manifest says "v2".
-type steerV2 struct{ steerer }
-
-var _ injection.V2 = (*steerV2)(nil)
-
-// QueueMessage steers the turn with text; see the package's injection notes.
-// A missing assertion counts as false.
-func (h *steerV2) QueueMessage(text string, opts injection.QueueOptions, assertCurrent injection.AssertFunc, kind injection.Kind) error {
-	refused, invalid := kind.Refusal("codex")
-	if invalid != nil {
-		injection.Refuse(opts)
-		return invalid
-	}
-	if assertCurrent == nil {
-		assertCurrent = func() bool { return false }
-	}
-	return h.steer(text, opts, assertCurrent, refused)
-}
-
-// steerV1 is the injection.V1 handle of a run whose manifest says "v1": it
-// steers ordinary input with the run's own check only.
-type steerV1 struct{ steerer }
-
-var _ injection.V1 = (*steerV1)(nil)
-
-// QueueMessage steers the turn with text.
-func (h *steerV1) QueueMessage(text string, opts injection.QueueOptions) error {
-	return h.steer(text, opts, nil, teamster.Errorf(teamster.CodeNoActiveRun, "codex: the run no longer accepts this input"))
-}
-
-// steer writes one turn/steer. assertCurrent (nil for V1) is called last,
-// immediately before the write.
-func (s *steerer) steer(text string, opts injection.QueueOptions, assertCurrent injection.AssertFunc, refused *teamster.Error) error {
-	t := s.t
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if t.ended.Load() {
-		injection.Refuse(opts)
-		return noActiveRun()
-	}
-	guardSaidNo := ""
-	guard := func() bool {
-		if t.ended.Load() {
-			guardSaidNo = "run"
-			return false
-		}
-		if assertCurrent != nil && !assertCurrent() {
-			guardSaidNo = "assertion"
-			return false
-		}
-		return true
-	}
+// steer writes one turn/steer; guard (the run's own check, then the host's
+// assertion) is called immediately before the write.
+func (t *turn) steer(text string, opts injection.QueueOptions, guard func() bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	_, err := t.c.callGuarded(ctx, methodTurnSteer, turnSteerParams{
@@ -103,14 +54,10 @@ func (s *steerer) steer(text string, opts injection.QueueOptions, assertCurrent 
 		t.log.Debug("codex: steer committed")
 		return nil
 	case errors.Is(err, errGuardRefused):
-		injection.Refuse(opts)
-		if guardSaidNo == "run" {
-			return noActiveRun()
-		}
-		return refused
+		return err // nothing written: the steerer refuses the item
 	case errors.Is(err, errConnClosed):
 		injection.Refuse(opts)
-		return noActiveRun()
+		return errs.Ended()
 	case errors.As(err, &re):
 		injection.Refuse(opts)
 		t.log.WithField("reason", re.Message).Info("codex: the app-server refused a steer")
@@ -123,8 +70,4 @@ func (s *steerer) steer(text string, opts injection.QueueOptions, assertCurrent 
 		t.log.WithError(err).Warn("codex: a steer got no answer; it is settled unconfirmed")
 		return nil
 	}
-}
-
-func noActiveRun() *teamster.Error {
-	return teamster.Errorf(teamster.CodeNoActiveRun, "codex: the turn has ended")
 }

@@ -135,7 +135,7 @@ func TestSteerSettlesEachItemOnce(t *testing.T) {
 			p := newPeer(t, tc.answer)
 			tr := steerTurn(p)
 			tr.ended.Store(tc.ended)
-			h := &steerV2{steerer{t: tr}}
+			h := tr.newSteerer().V2()
 			var s settlements
 			if tc.die {
 				go func() {
@@ -167,7 +167,7 @@ func TestSteerAssertsImmediatelyBeforeTheWrite(t *testing.T) {
 	var sentAtAssert atomic.Int64
 	p = newPeer(t, func(string) *message { return &message{Result: json.RawMessage(`{}`)} })
 	tr := steerTurn(p)
-	h := &steerV2{steerer{t: tr}}
+	h := tr.newSteerer().V2()
 	var s settlements
 	err := h.QueueMessage("x", s.opts(), func() bool {
 		sentAtAssert.Store(int64(len(p.sent())))

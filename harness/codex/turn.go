@@ -15,7 +15,7 @@ import (
 	"github.com/teamster-fleet/teamster"
 	"github.com/teamster-fleet/teamster/bus"
 	"github.com/teamster-fleet/teamster/harness"
-	"github.com/teamster-fleet/teamster/selection"
+	"github.com/teamster-fleet/teamster/harness/internal/nativecli"
 )
 
 // Bounds of the protocol steps a turn waits for.
@@ -61,11 +61,10 @@ type turn struct {
 	ended    atomic.Bool    // the turn is over: injection is refused
 	handlers sync.WaitGroup // server requests in hand
 
-	mu            sync.Mutex // guards lastToolError and failErr
-	lastToolError json.RawMessage
-	failErr       error
-	failed        chan struct{} // closed by the first fail
-	lastErr       string        // the last non-retried error notification
+	// rel is the turn's side of the Host contract: events, usage, tool
+	// calls (their lastToolError) and the turn's first failure.
+	rel     *nativecli.Relay
+	lastErr string // the last non-retried error notification
 }
 
 type turnParams struct {
@@ -79,10 +78,11 @@ type turnParams struct {
 func newTurn(tp turnParams) *turn {
 	a := tp.run.Attempt
 	t := &turn{h: tp.h, p: tp.p, c: tp.p.conn, run: tp.run, ctx: tp.ctx, threadID: tp.threadID,
-		out: &harness.Outcome{AssistantTexts: []string{}}, failed: make(chan struct{}),
+		out: &harness.Outcome{AssistantTexts: []string{}},
 		log: tp.h.log.WithFields(logrus.Fields{"attempt": a.AttemptID, "worker": tp.run.WorkerID, "fence": tp.run.Fence, "pid": tp.p.pid})}
 	t.hctx, t.hcancel = context.WithCancel(tp.ctx)
-	t.tools = offeredTools(a)
+	t.rel = nativecli.NewRelay(tp.run.Host, t.hctx, errs)
+	t.tools = nativecli.OfferedTools(a)
 	return t
 }
 
@@ -125,7 +125,7 @@ func (t *turn) open() error {
 			return t.stepError(methodThreadStart, err)
 		}
 		if res.Thread.ID == "" {
-			return failed("thread/start answered without a thread id")
+			return errs.Failed("thread/start answered without a thread id")
 		}
 		t.threadID = res.Thread.ID
 		t.box = t.c.subscribe(t.threadID)
@@ -167,7 +167,7 @@ func (t *turn) resume() error {
 	}
 	var re *rpcError
 	if errors.As(err, &re) {
-		return failedNone("cannot resume the session's thread %s: %s", t.threadID, re.Message)
+		return errs.FailedNone("cannot resume the session's thread %s: %s", t.threadID, re.Message)
 	}
 	return t.stepError(methodThreadResume, err)
 }
@@ -184,7 +184,7 @@ func (t *turn) start() error {
 		return t.stepError(methodTurnStart, err)
 	}
 	if res.Turn.ID == "" {
-		return failed("turn/start answered without a turn id")
+		return errs.Failed("turn/start answered without a turn id")
 	}
 	t.turnID = res.Turn.ID
 	t.log = t.log.WithField("turn", t.turnID)
@@ -197,16 +197,16 @@ func (t *turn) start() error {
 // app-server refused the step, so nothing happened).
 func (t *turn) stepError(method string, err error) error {
 	if t.ctx.Err() != nil {
-		return ctxError(t.ctx)
+		return errs.Ctx(t.ctx)
 	}
 	var re *rpcError
 	if errors.As(err, &re) {
-		return failedNone("%s refused: %s", method, re.Message)
+		return errs.FailedNone("%s refused: %s", method, re.Message)
 	}
 	if isUnanswered(err) {
-		return failed("%s: %v", method, err)
+		return errs.Failed("%s: %v", method, err)
 	}
-	return failedNone("%s: %v", method, err)
+	return errs.FailedNone("%s: %v", method, err)
 }
 
 // current is the run's lease check (harness.Run.Current) before an
@@ -223,7 +223,7 @@ func (t *turn) current() error {
 
 func (t *turn) ctxErr() error {
 	if t.ctx.Err() != nil {
-		return ctxError(t.ctx)
+		return errs.Ctx(t.ctx)
 	}
 	return nil
 }
@@ -239,12 +239,7 @@ func (t *turn) model() string {
 // installInjector installs the run's injection handle as the manifest says:
 // steering (turn/steer) for v2 and v1, nothing for none.
 func (t *turn) installInjector() {
-	switch t.h.m.InjectionLevel() {
-	case selection.InjectionV2:
-		t.run.SetInjector(&steerV2{steerer{t: t}})
-	case selection.InjectionV1:
-		t.run.SetInjector(&steerV1{steerer{t: t}})
-	}
+	t.newSteerer().Install(t.run, t.h.m)
 }
 
 // loop relays the turn's notifications until it completes, the attempt's
@@ -260,9 +255,9 @@ func (t *turn) loop() (*harness.Outcome, error) {
 				}
 			}
 		case <-t.ctx.Done():
-			return nil, t.abort(ctxError(t.ctx))
-		case <-t.failed:
-			return nil, t.abort(t.failure())
+			return nil, t.abort(errs.Ctx(t.ctx))
+		case <-t.rel.Failed():
+			return nil, t.abort(t.rel.Failure())
 		case <-t.p.Done():
 			return nil, t.died()
 		}
@@ -280,7 +275,7 @@ func (t *turn) handle(m *message) (done bool, err error) {
 	case noteAgentMessageDelta:
 		var n agentMessageDelta
 		if json.Unmarshal(m.Params, &n) == nil && n.TurnID == t.turnID && n.Delta != "" {
-			t.emit(bus.EventPartial, bus.PartialData{Text: n.Delta, ItemID: n.ItemID})
+			t.rel.Emit(bus.EventPartial, bus.PartialData{Text: n.Delta, ItemID: n.ItemID})
 		}
 	case noteItemCompleted:
 		var n itemCompletedNote
@@ -291,14 +286,14 @@ func (t *turn) handle(m *message) (done bool, err error) {
 		var n rawResponseNote
 		if json.Unmarshal(m.Params, &n) == nil && n.TurnID == t.turnID {
 			if id, tokens, ok := t.usage.raw(n); ok {
-				t.reportUsage(id, tokens)
+				t.rel.ReportUsage(id, tokens)
 			}
 		}
 	case noteTokenUsage:
 		var n tokenUsageNote
 		if json.Unmarshal(m.Params, &n) == nil {
 			if id, tokens, ok := t.usage.tokens(t.threadID, n, n.TurnID == t.turnID); ok {
-				t.reportUsage(id, tokens)
+				t.rel.ReportUsage(id, tokens)
 			}
 		}
 	case noteError:
@@ -307,7 +302,7 @@ func (t *turn) handle(m *message) (done bool, err error) {
 			t.lastErr = n.Error.Message
 		}
 	case noteThreadClosed:
-		return true, failed("the app-server closed the thread during the turn")
+		return true, errs.Failed("the app-server closed the thread during the turn")
 	case noteTurnCompleted:
 		var n turnCompletedNote
 		if json.Unmarshal(m.Params, &n) != nil || n.Turn.ID != t.turnID {
@@ -326,9 +321,9 @@ func (t *turn) completed(st turnInfo) error {
 		return nil
 	case turnInterrupted:
 		if t.ctx.Err() != nil {
-			return ctxError(t.ctx)
+			return errs.Ctx(t.ctx)
 		}
-		return failed("the app-server interrupted the turn")
+		return errs.Failed("the app-server interrupted the turn")
 	default:
 		msg := t.lastErr
 		if st.Error != nil && st.Error.Message != "" {
@@ -337,7 +332,7 @@ func (t *turn) completed(st turnInfo) error {
 		if msg == "" {
 			msg = "no reason given"
 		}
-		return failed("the turn %s: %s", st.Status, msg)
+		return errs.Failed("the turn %s: %s", st.Status, msg)
 	}
 }
 
@@ -350,12 +345,12 @@ func (t *turn) itemCompleted(it threadItem) {
 	case "reasoning":
 		text := strings.TrimSpace(strings.Join(append(append([]string{}, it.Summary...), it.Content...), "\n"))
 		if text != "" {
-			t.emit(bus.EventAgent, bus.AgentData{Kind: bus.AgentReasoning, Text: text})
+			t.rel.Emit(bus.EventAgent, bus.AgentData{Kind: bus.AgentReasoning, Text: text})
 			t.out.ReasoningText = appendText(t.out.ReasoningText, text)
 		}
 	case "plan":
 		if it.Text != "" {
-			t.emit(bus.EventAgent, bus.AgentData{Kind: bus.AgentPlan, Text: it.Text})
+			t.rel.Emit(bus.EventAgent, bus.AgentData{Kind: bus.AgentPlan, Text: it.Text})
 			t.out.PlanText = appendText(t.out.PlanText, it.Text)
 		}
 	}
@@ -375,15 +370,13 @@ func (t *turn) finish(err error) (*harness.Outcome, error) {
 		t.hcancel()
 	}
 	t.waitHandlers(t.cleanupBudget())
-	if ferr := t.failure(); ferr != nil {
+	if ferr := t.rel.Failure(); ferr != nil {
 		return nil, ferr
 	}
 	if err != nil {
 		return nil, err
 	}
-	t.mu.Lock()
-	t.out.LastToolError = t.lastToolError
-	t.mu.Unlock()
+	t.out.LastToolError = t.rel.LastToolError()
 	t.out.NativeSession = encodeBinding(t.threadID)
 	t.log.WithField("texts", len(t.out.AssistantTexts)).Debug("codex: turn completed")
 	return t.out, nil
@@ -415,7 +408,7 @@ func (t *turn) abort(cause error) error {
 func (t *turn) died() error {
 	t.ended.Store(true)
 	t.hcancel()
-	return failed("the codex app-server (pid %d) exited during the turn (%s); the turn is not replayed", t.p.pid, t.p.exitReason())
+	return errs.Failed("the codex app-server (pid %d) exited during the turn (%s); the turn is not replayed", t.p.pid, t.p.exitReason())
 }
 
 // release lets the thread go: thread/unsubscribe, then wait for
@@ -477,78 +470,14 @@ func (t *turn) drainUntil(ctx context.Context, stop func(*message) bool) bool {
 // grace (settlementTimeoutMs) (after which the worker gives up on the harness), within
 // [minCleanup, maxCleanup].
 func (t *turn) cleanupBudget() time.Duration {
-	d := t.run.Attempt.SettlementTimeout() * 3 / 4
-	return min(max(d, minCleanup), maxCleanup)
+	return nativecli.CleanupBudget(t.run.Attempt, minCleanup, maxCleanup)
 }
 
+// waitHandlers waits up to d for the server requests in hand.
 func (t *turn) waitHandlers(d time.Duration) {
-	done := make(chan struct{})
-	go func() {
-		t.handlers.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(d):
+	if !nativecli.Wait(&t.handlers, d) {
 		t.log.Warn("codex: server requests still in hand after the turn ended")
 	}
-}
-
-// fail ends the turn with err (the first failure wins); the loop interrupts
-// it.
-func (t *turn) fail(err error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.failErr == nil {
-		t.failErr = err
-		close(t.failed)
-	}
-}
-
-func (t *turn) failure() error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.failErr
-}
-
-// emit sends an event; a host that cannot take it ends the turn.
-func (t *turn) emit(eventType string, data any) {
-	if err := t.run.Host.Emit(t.hctx, eventType, data); err != nil && t.hctx.Err() == nil {
-		t.fail(hostError("emit", err))
-	}
-}
-
-// reportUsage reports one completed response's output tokens through the
-// host (which de-duplicates by response id and emits the usage event).
-func (t *turn) reportUsage(responseID string, tokens int64) {
-	if tokens <= 0 {
-		return
-	}
-	if err := t.run.Host.ReportUsage(t.hctx, responseID, tokens); err != nil && t.hctx.Err() == nil {
-		t.fail(hostError("usage", err))
-	}
-}
-
-// offeredTools are the attempt's tools the model may call: all of them, or
-// those toolsAllow names ("*" allows all; an empty list none).
-func offeredTools(a *bus.Attempt) map[string]bool {
-	allowed := map[string]bool{}
-	all := a.ToolsAllow == nil
-	if !all {
-		for _, n := range *a.ToolsAllow {
-			if strings.TrimSpace(n) == "*" {
-				all = true
-			}
-			allowed[n] = true
-		}
-	}
-	out := map[string]bool{}
-	for _, tool := range a.Tools {
-		if all || allowed[tool.Name] {
-			out[tool.Name] = true
-		}
-	}
-	return out
 }
 
 // dynamicTools are the offered tools as the app-server takes them.

@@ -2,59 +2,18 @@ package codex
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
+
+	"github.com/teamster-fleet/teamster/harness/internal/nativecli"
 )
 
 // version is a codex release version: major.minor.patch with an optional
 // pre-release suffix (0.172.0-alpha.3), which sorts before the release.
-type version struct {
-	nums [3]int
-	pre  string
-	text string
-}
+type version = nativecli.Version
 
 // parseVersion reads "1.2.3", "1.2.3-alpha.1" (build metadata after "+" is
 // ignored); missing minor or patch parts read as 0.
-func parseVersion(s string) (version, error) {
-	v := version{text: s}
-	core, _, _ := strings.Cut(s, "+")
-	core, v.pre, _ = strings.Cut(core, "-")
-	parts := strings.Split(core, ".")
-	if core == "" || len(parts) > 3 {
-		return version{}, fmt.Errorf("%q is not a version (major.minor.patch)", s)
-	}
-	for i, p := range parts {
-		n, err := strconv.Atoi(p)
-		if err != nil || n < 0 {
-			return version{}, fmt.Errorf("%q is not a version (major.minor.patch)", s)
-		}
-		v.nums[i] = n
-	}
-	return v, nil
-}
-
-func (v version) String() string { return v.text }
-
-// less reports whether v sorts before w. Pre-releases sort before their
-// release; two pre-releases of one release compare as strings.
-func (v version) less(w version) bool {
-	for i := range v.nums {
-		if v.nums[i] != w.nums[i] {
-			return v.nums[i] < w.nums[i]
-		}
-	}
-	switch {
-	case v.pre == w.pre:
-		return false
-	case v.pre == "":
-		return false
-	case w.pre == "":
-		return true
-	default:
-		return v.pre < w.pre
-	}
-}
+func parseVersion(s string) (version, error) { return nativecli.ParseVersion(s) }
 
 // userAgentVersion extracts the app-server's version from the userAgent of
 // its initialize answer, "<clientName>/<version> (<os>; <arch>) ...".
@@ -82,7 +41,7 @@ func checkVersion(userAgent, min string) (version, error) {
 	if err != nil {
 		return version{}, fmt.Errorf("%w; the minimum version is %s", err, want)
 	}
-	if got.less(want) {
+	if got.Less(want) {
 		return got, fmt.Errorf("the codex app-server is version %s, older than the minimum version %s (harness setting minVersion)", got, want)
 	}
 	return got, nil

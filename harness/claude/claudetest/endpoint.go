@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/teamster-fleet/teamster/harness/internal/endpointtest"
 )
 
 // Model is the model the tests' turns run with; requests for any other
@@ -169,25 +171,17 @@ func (r Request) ToolResult() string {
 // records every request.
 type Endpoint struct {
 	srv *httptest.Server
+	rec *endpointtest.Recorder[Reply, Request] // for Model
 
-	mu       sync.Mutex
-	script   []Reply
-	requests []Request // for Model
-	others   []Request // anything else
-	arrived  chan struct{}
-	release  chan struct{}
+	mu     sync.Mutex
+	others []Request // anything else
 }
 
 // NewEndpoint starts an endpoint playing replies; it stops when t ends.
 func NewEndpoint(t testing.TB, replies ...Reply) *Endpoint {
 	t.Helper()
-	e := &Endpoint{script: replies, arrived: make(chan struct{}, 1), release: make(chan struct{})}
-	e.srv = httptest.NewServer(http.HandlerFunc(e.serve))
-	t.Cleanup(func() {
-		e.Release()
-		e.srv.CloseClientConnections()
-		e.srv.Close()
-	})
+	e := &Endpoint{rec: endpointtest.NewRecorder[Reply, Request](90*time.Second, replies)}
+	e.srv = e.rec.Serve(t, e.serve)
 	return e
 }
 
@@ -195,29 +189,13 @@ func NewEndpoint(t testing.TB, replies ...Reply) *Endpoint {
 func (e *Endpoint) BaseURL() string { return e.srv.URL }
 
 // Script appends replies to the script.
-func (e *Endpoint) Script(replies ...Reply) {
-	e.mu.Lock()
-	e.script = append(e.script, replies...)
-	e.mu.Unlock()
-}
+func (e *Endpoint) Script(replies ...Reply) { e.rec.Script(replies...) }
 
 // Release ends every hold, now and later.
-func (e *Endpoint) Release() {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	select {
-	case <-e.release:
-	default:
-		close(e.release)
-	}
-}
+func (e *Endpoint) Release() { e.rec.Release() }
 
 // Requests returns the turn requests (for Model) received so far.
-func (e *Endpoint) Requests() []Request {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return append([]Request(nil), e.requests...)
-}
+func (e *Endpoint) Requests() []Request { return e.rec.Requests() }
 
 // Others returns the requests that were not turn requests.
 func (e *Endpoint) Others() []Request {
@@ -229,32 +207,14 @@ func (e *Endpoint) Others() []Request {
 // WaitRequests waits until n turn requests have arrived and returns them.
 func (e *Endpoint) WaitRequests(t testing.TB, n int) []Request {
 	t.Helper()
-	deadline := time.After(90 * time.Second)
-	for {
-		if rs := e.Requests(); len(rs) >= n {
-			return rs
-		}
-		select {
-		case <-e.arrived:
-		case <-time.After(50 * time.Millisecond):
-		case <-deadline:
-			t.Fatalf("the model endpoint got %d requests, want %d", len(e.Requests()), n)
-		}
-	}
+	return e.rec.WaitRequests(t, n)
 }
 
 // WaitAborted waits until turn request i (from 0) was abandoned by the
 // client.
 func (e *Endpoint) WaitAborted(t testing.TB, i int) {
 	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for time.Now().Before(deadline) {
-		if rs := e.Requests(); len(rs) > i && rs[i].Aborted {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("the client did not abandon request %d", i)
+	e.rec.WaitAborted(t, i, func(r Request) bool { return r.Aborted })
 }
 
 func (e *Endpoint) serve(w http.ResponseWriter, r *http.Request) {
@@ -282,50 +242,26 @@ func (e *Endpoint) serve(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, `{"input_tokens":100}`)
 		return
 	}
-	e.mu.Lock()
-	var reply Reply
-	var i int
-	if head.Model == Model {
-		i = len(e.requests)
-		reply = Reply{Text: "unscripted"}
-		if i < len(e.script) {
-			reply = e.script[i]
-		}
-		rq.ResponseID = fmt.Sprintf("msg_test_%d", i+1)
-		e.requests = append(e.requests, rq)
-	} else {
-		i = -1
-		reply = Reply{Text: "ok"}
+	if head.Model != Model {
+		e.mu.Lock()
 		rq.ResponseID = fmt.Sprintf("msg_side_%d", len(e.others)+1)
 		e.others = append(e.others, rq)
+		e.mu.Unlock()
+		e.stream(w, r, rq, Reply{Text: "ok"}, func() {})
+		return
 	}
-	release := e.release
-	e.mu.Unlock()
-	select {
-	case e.arrived <- struct{}{}:
-	default:
-	}
-	e.stream(w, r, rq, reply, release, func() {
-		if i >= 0 {
-			e.mu.Lock()
-			e.requests[i].Aborted = true
-			e.mu.Unlock()
-		}
+	i, reply := e.rec.Take(Reply{Text: "unscripted"}, func(i int) Request {
+		rq.ResponseID = fmt.Sprintf("msg_test_%d", i+1)
+		return rq
 	})
+	e.stream(w, r, rq, reply, func() { e.rec.Update(i, func(rq *Request) { rq.Aborted = true }) })
 }
 
-func (e *Endpoint) stream(w http.ResponseWriter, r *http.Request, rq Request, reply Reply, release chan struct{}, aborted func()) {
-	fl, _ := w.(http.Flusher)
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
+func (e *Endpoint) stream(w http.ResponseWriter, r *http.Request, rq Request, reply Reply, aborted func()) {
+	events := endpointtest.Events(w)
 	send := func(event string, data map[string]any) {
 		data["type"] = event
-		b, _ := json.Marshal(data)
-		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b)
-		if fl != nil {
-			fl.Flush()
-		}
+		events(event, data)
 	}
 	send("message_start", map[string]any{"message": map[string]any{"id": rq.ResponseID, "type": "message", "role": "assistant",
 		"model": rq.Model, "content": []any{}, "stop_reason": nil, "stop_sequence": nil,
@@ -335,12 +271,9 @@ func (e *Endpoint) stream(w http.ResponseWriter, r *http.Request, rq Request, re
 		if d == 0 {
 			d = 60 * time.Second
 		}
-		select {
-		case <-r.Context().Done():
+		if !e.rec.Hold(r.Context(), d) {
 			aborted()
 			return
-		case <-release:
-		case <-time.After(d):
 		}
 	}
 	idx := 0
@@ -353,7 +286,7 @@ func (e *Endpoint) stream(w http.ResponseWriter, r *http.Request, rq Request, re
 	}
 	if reply.Text != "" {
 		send("content_block_start", map[string]any{"index": idx, "content_block": map[string]any{"type": "text", "text": ""}})
-		for _, part := range splitText(reply.Text) {
+		for _, part := range endpointtest.SplitText(reply.Text) {
 			send("content_block_delta", map[string]any{"index": idx, "delta": map[string]any{"type": "text_delta", "text": part}})
 		}
 		send("content_block_stop", map[string]any{"index": idx})
@@ -381,13 +314,4 @@ func (e *Endpoint) stream(w http.ResponseWriter, r *http.Request, rq Request, re
 	send("message_delta", map[string]any{"delta": map[string]any{"stop_reason": stop, "stop_sequence": nil},
 		"usage": map[string]any{"output_tokens": out}})
 	send("message_stop", map[string]any{})
-}
-
-// splitText cuts text in two deltas (when it has a space), so that streams
-// have more than one.
-func splitText(s string) []string {
-	if i := strings.Index(s, " "); i > 0 {
-		return []string{s[:i+1], s[i+1:]}
-	}
-	return []string{s}
 }

@@ -11,9 +11,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/teamster-fleet/teamster/harness/internal/endpointtest"
 )
 
 // Reply is one scripted model response: text, or a call of a named tool,
@@ -148,24 +149,14 @@ func (it InputItem) Texts() []string {
 // request.
 type Endpoint struct {
 	srv *httptest.Server
-
-	mu       sync.Mutex
-	script   []Reply
-	requests []Request
-	arrived  chan struct{} // signalled on every request
-	release  chan struct{}
+	rec *endpointtest.Recorder[Reply, Request]
 }
 
 // NewEndpoint starts an endpoint playing replies; it stops when t ends.
 func NewEndpoint(t testing.TB, replies ...Reply) *Endpoint {
 	t.Helper()
-	e := &Endpoint{script: replies, arrived: make(chan struct{}, 1), release: make(chan struct{})}
-	e.srv = httptest.NewServer(http.HandlerFunc(e.serve))
-	t.Cleanup(func() {
-		e.Release()
-		e.srv.CloseClientConnections()
-		e.srv.Close()
-	})
+	e := &Endpoint{rec: endpointtest.NewRecorder[Reply, Request](60*time.Second, replies)}
+	e.srv = e.rec.Serve(t, e.serve)
 	return e
 }
 
@@ -173,58 +164,24 @@ func NewEndpoint(t testing.TB, replies ...Reply) *Endpoint {
 func (e *Endpoint) BaseURL() string { return e.srv.URL + "/v1" }
 
 // Script appends replies to the script.
-func (e *Endpoint) Script(replies ...Reply) {
-	e.mu.Lock()
-	e.script = append(e.script, replies...)
-	e.mu.Unlock()
-}
+func (e *Endpoint) Script(replies ...Reply) { e.rec.Script(replies...) }
 
 // Release ends every hold, now and later.
-func (e *Endpoint) Release() {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	select {
-	case <-e.release:
-	default:
-		close(e.release)
-	}
-}
+func (e *Endpoint) Release() { e.rec.Release() }
 
 // Requests returns the requests received so far.
-func (e *Endpoint) Requests() []Request {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return append([]Request(nil), e.requests...)
-}
+func (e *Endpoint) Requests() []Request { return e.rec.Requests() }
 
 // WaitRequests waits until n requests have arrived and returns them.
 func (e *Endpoint) WaitRequests(t testing.TB, n int) []Request {
 	t.Helper()
-	deadline := time.After(60 * time.Second)
-	for {
-		if rs := e.Requests(); len(rs) >= n {
-			return rs
-		}
-		select {
-		case <-e.arrived:
-		case <-time.After(50 * time.Millisecond):
-		case <-deadline:
-			t.Fatalf("the model endpoint got %d requests, want %d", len(e.Requests()), n)
-		}
-	}
+	return e.rec.WaitRequests(t, n)
 }
 
 // WaitAborted waits until request i (from 0) was abandoned by the client.
 func (e *Endpoint) WaitAborted(t testing.TB, i int) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		if rs := e.Requests(); len(rs) > i && rs[i].Aborted {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("the client did not abandon request %d", i)
+	e.rec.WaitAborted(t, i, func(r Request) bool { return r.Aborted })
 }
 
 func (e *Endpoint) serve(w http.ResponseWriter, r *http.Request) {
@@ -237,46 +194,21 @@ func (e *Endpoint) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "bad json", http.StatusBadRequest)
 		return
 	}
-	e.mu.Lock()
-	i := len(e.requests)
-	reply := Reply{Text: "unscripted"}
-	if i < len(e.script) {
-		reply = e.script[i]
-	}
-	id := fmt.Sprintf("resp_%d", i+1)
-	e.requests = append(e.requests, Request{Path: r.URL.Path, Body: body, ResponseID: id})
-	release := e.release
-	e.mu.Unlock()
-	select {
-	case e.arrived <- struct{}{}:
-	default:
-	}
-
-	fl, _ := w.(http.Flusher)
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	send := func(event string, data any) {
-		b, _ := json.Marshal(data)
-		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b)
-		if fl != nil {
-			fl.Flush()
-		}
-	}
+	id := ""
+	i, reply := e.rec.Take(Reply{Text: "unscripted"}, func(i int) Request {
+		id = fmt.Sprintf("resp_%d", i+1)
+		return Request{Path: r.URL.Path, Body: body, ResponseID: id}
+	})
+	send := endpointtest.Events(w)
 	send("response.created", map[string]any{"type": "response.created", "response": map[string]any{"id": id}})
 	if reply.Hold {
 		d := reply.HoldFor
 		if d == 0 {
 			d = 30 * time.Second
 		}
-		select {
-		case <-r.Context().Done():
-			e.mu.Lock()
-			e.requests[i].Aborted = true
-			e.mu.Unlock()
+		if !e.rec.Hold(r.Context(), d) {
+			e.rec.Update(i, func(rq *Request) { rq.Aborted = true })
 			return
-		case <-release:
-		case <-time.After(d):
 		}
 	}
 	n := i + 1
@@ -291,7 +223,7 @@ func (e *Endpoint) serve(w http.ResponseWriter, r *http.Request) {
 		mid := fmt.Sprintf("msg_%d", n)
 		send("response.output_item.added", map[string]any{"type": "response.output_item.added", "output_index": 0,
 			"item": map[string]any{"type": "message", "id": mid, "role": "assistant", "content": []any{}}})
-		for _, part := range splitText(reply.Text) {
+		for _, part := range endpointtest.SplitText(reply.Text) {
 			send("response.output_text.delta", map[string]any{"type": "response.output_text.delta", "item_id": mid,
 				"output_index": 0, "content_index": 0, "delta": part})
 		}
@@ -306,13 +238,4 @@ func (e *Endpoint) serve(w http.ResponseWriter, r *http.Request) {
 	send("response.completed", map[string]any{"type": "response.completed", "response": map[string]any{"id": id,
 		"usage": map[string]any{"input_tokens": 10, "input_tokens_details": map[string]any{"cached_tokens": 0},
 			"output_tokens": out, "output_tokens_details": map[string]any{"reasoning_tokens": 0}, "total_tokens": 10 + out}}})
-}
-
-// splitText cuts text in two deltas (when it has a space), so that streams
-// have more than one.
-func splitText(s string) []string {
-	if i := strings.Index(s, " "); i > 0 {
-		return []string{s[:i+1], s[i+1:]}
-	}
-	return []string{s}
 }

@@ -1,6 +1,6 @@
 //go:build unix && !linux
 
-package codex
+package nativecli
 
 import "syscall"
 

@@ -1,22 +1,22 @@
 //go:build unix
 
-package claude
+package nativecli
 
 import (
 	"os/exec"
 	"syscall"
 )
 
-// sysProcAttr puts the CLI in a process group of its own, so that the
+// SysProcAttr puts a CLI process in a process group of its own, so that the
 // commands it runs die with it, and (on Linux) kills it when the worker dies.
-func sysProcAttr() *syscall.SysProcAttr {
+func SysProcAttr() *syscall.SysProcAttr {
 	a := &syscall.SysProcAttr{Setpgid: true}
 	setPdeathsig(a)
 	return a
 }
 
-// killGroup kills the CLI's process group.
-func killGroup(cmd *exec.Cmd) {
+// KillGroup kills the process group of cmd (started with SysProcAttr).
+func KillGroup(cmd *exec.Cmd) {
 	if cmd.Process == nil {
 		return
 	}

@@ -1,7 +1,7 @@
-package codex
+package nativecli
 
 import "syscall"
 
-// setPdeathsig makes the kernel kill the app-server when the worker process
+// setPdeathsig makes the kernel kill the CLI process when the worker process
 // dies, so a crashed worker leaves no orphan behind.
 func setPdeathsig(a *syscall.SysProcAttr) { a.Pdeathsig = syscall.SIGKILL }

@@ -1,7 +1,0 @@
-//go:build unix && !linux
-
-package claude
-
-import "syscall"
-
-func setPdeathsig(*syscall.SysProcAttr) {}
