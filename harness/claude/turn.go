@@ -86,7 +86,7 @@ func newTurn(h *claudeHarness, run *harness.Run, ctx context.Context, sessionID 
 	if t.sessionID == "" {
 		t.sessionID = newUUID()
 	}
-	t.log = t.log.WithField("session", t.sessionID)
+	t.log = t.log.WithField("claudeSession", t.sessionID) // "session" is the hashed session key, in the worker's logs
 	t.tools = nativecli.OfferedTools(a)
 	return t
 }
