@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -111,4 +112,37 @@ func (n *NativeState) Delete(ctx context.Context, name string) error {
 		return fmt.Errorf("native state %s: delete: %w", name, err)
 	}
 	return nil
+}
+
+// StateObject is one object of the native state store.
+type StateObject struct {
+	Name     string
+	Size     uint64
+	Modified time.Time
+}
+
+// List returns every object of the store (its metadata only, read once).
+func (n *NativeState) List(ctx context.Context) ([]StateObject, error) {
+	infos, err := n.obs.List(ctx)
+	if errors.Is(err, jetstream.ErrNoObjectsFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("native state: list: %w", err)
+	}
+	out := make([]StateObject, 0, len(infos))
+	for _, i := range infos {
+		out = append(out, StateObject{Name: i.Name, Size: i.Size, Modified: i.ModTime})
+	}
+	return out, nil
+}
+
+// StateObjectTag is the session hash tag an object name starts with
+// (StateObjectName), "" when name is not one.
+func StateObjectTag(name string) string {
+	tag, _, ok := strings.Cut(name, ".")
+	if !ok {
+		return ""
+	}
+	return tag
 }

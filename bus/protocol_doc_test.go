@@ -54,9 +54,7 @@ var envelopeSections = map[string][]reflect.Type{
 }
 
 // notWire names the structs with json tags that never travel, each with the reason.
-var notWire = map[string]string{
-	"teamster.SessionRecord": "stored as a Redis hash (the Redis keys section names its fields); its JSON form is the operator CLI's output",
-}
+var notWire = map[string]string{"teamster.SessionRecord": "a Redis hash (see the Redis keys section); its JSON form is the CLI's"}
 
 // subjectBuilders calls each exported function of bus that returns a string with placeholder
 // tokens ph-<name>, written back as <name> as the page writes them (enumerated last tokens, see
@@ -76,6 +74,7 @@ var subjectBuilders = map[string]func() (string, error){
 	"ConsumerName":          func() (string, error) { return ConsumerName(ph("harnessId")), nil },
 	"DelegateFromSubject":   nil, // parses what SubmitDelegateSubject builds
 	"SessionOpFromSubject":  nil, // parses what SessionOpSubject builds
+	"StateObjectTag":        nil, // parses what StateObjectName builds
 	"AttemptDigest":         nil, // a digest kept in Redis; it never travels on NATS
 	"StateObjectName":       func() (string, error) { return StateObjectName(ph("s"), "ph-epoch:ph-n"), nil },
 }

@@ -277,3 +277,23 @@ func (s *Store) SessionByTag(ctx context.Context, tag string, limit int) (*Sessi
 	}
 	return v, nil
 }
+
+// NativeStates reads, in one pipeline, the native state object the record of
+// each session tag names ("" when it names none or there is no record).
+func (s *Store) NativeStates(ctx context.Context, tags []string) ([]string, error) {
+	cmds := make([]*redis.StringCmd, len(tags))
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, tag := range tags {
+			cmds[i] = p.HGet(ctx, keysOfTag(tag).session(), teamster.SessionFieldNativeState)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	out := make([]string, len(tags))
+	for i, c := range cmds {
+		out[i] = c.Val()
+	}
+	return out, nil
+}

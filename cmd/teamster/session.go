@@ -14,7 +14,7 @@ import (
 
 func sessionCmd(common *cmdutil.Common) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "session show|reset|delete|archive <sessionKey>",
+		Use:   "session show|reset|delete|archive <sessionKey> | prune-state",
 		Short: "Inspect a session, or run an owner operation on its record",
 		Long: `session show prints a session's record, lease and order (see 'session show
 --help'). The other subcommands run an owner-only operation on the record
@@ -26,12 +26,15 @@ func sessionCmd(common *cmdutil.Common) *cobra.Command {
   delete   remove the record (and the harness's native state)
   archive  mark the record archived and unlock it
 
+session prune-state deletes native state objects no record names (see
+'session prune-state --help').
+
 Every operation is refused with session_busy while a turn of the session runs.
 Delegates can never run them (owner_only).`,
 		Args: cobra.ArbitraryArgs,
 		RunE: requireSubcommand,
 	}
-	cmd.AddCommand(sessionShowCmd(common))
+	cmd.AddCommand(sessionShowCmd(common), sessionPruneStateCmd(common))
 	for _, op := range []string{"reset", "delete", "archive"} {
 		var sessionID string
 		sub := &cobra.Command{
