@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -81,24 +82,26 @@ func (n *NativeState) Put(ctx context.Context, name string, blob []byte) error {
 	return nil
 }
 
-// Get reads object name, refusing one over max bytes before reading it
-// (0: no bound). The object store checks the content's SHA-256 digest as it
-// is read. ErrStateMissing when there is no such object.
+// Get reads object name, refusing one over max bytes before reading its
+// content (0: no bound). The object store checks the content's SHA-256
+// digest as it is read. ErrStateMissing when there is no such object.
 func (n *NativeState) Get(ctx context.Context, name string, max int64) ([]byte, error) {
-	info, err := n.obs.GetInfo(ctx, name)
+	res, err := n.obs.Get(ctx, name)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return nil, fmt.Errorf("native state %s: %w", name, ErrStateMissing)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("native state %s: %w", name, err)
 	}
+	defer res.Close()
+	info, err := res.Info()
+	if err != nil {
+		return nil, fmt.Errorf("native state %s: %w", name, err)
+	}
 	if max > 0 && int64(info.Size) > max {
 		return nil, fmt.Errorf("native state %s is %d bytes, over the limit of %d bytes", name, info.Size, max)
 	}
-	b, err := n.obs.GetBytes(ctx, name)
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return nil, fmt.Errorf("native state %s: %w", name, ErrStateMissing)
-	}
+	b, err := io.ReadAll(res)
 	if err != nil {
 		return nil, fmt.Errorf("native state %s: get: %w", name, err)
 	}

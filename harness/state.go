@@ -36,9 +36,9 @@ type StateCarrier interface {
 // PackFiles packs the regular files at the given paths, each relative to
 // root and slash-separated, into one blob (a tar stream) that UnpackFiles
 // writes back under another root. A path outside root, a missing file or
-// one that is not a regular file is an error; max bounds the blob (0: no
-// bound).
-func PackFiles(root string, rels []string, max int64) ([]byte, error) {
+// one that is not a regular file is an error. The worker bounds the blob
+// (maxNativeStateBytes).
+func PackFiles(root string, rels []string) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, rel := range rels {
@@ -53,9 +53,6 @@ func PackFiles(root string, rels []string, max int64) ([]byte, error) {
 		}
 		if !st.Mode().IsRegular() {
 			return nil, fmt.Errorf("native state: %s is not a regular file", p)
-		}
-		if max > 0 && int64(buf.Len())+st.Size() > max {
-			return nil, &StateTooLargeError{Size: int64(buf.Len()) + st.Size(), Max: max}
 		}
 		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: clean, Mode: 0o600,
 			Size: st.Size(), ModTime: st.ModTime(), Format: tar.FormatPAX}); err != nil {
@@ -76,24 +73,26 @@ func PackFiles(root string, rels []string, max int64) ([]byte, error) {
 	if err := tw.Close(); err != nil {
 		return nil, err
 	}
-	if max > 0 && int64(buf.Len()) > max {
-		return nil, &StateTooLargeError{Size: int64(buf.Len()), Max: max}
-	}
 	return buf.Bytes(), nil
 }
 
 // UnpackFiles writes the files of a PackFiles blob under root, creating
 // directories (0700) as needed and replacing files that exist; it returns
 // their slash-separated paths relative to root. Entries other than regular
-// files, and paths that would leave root (absolute, "..", or through a
-// symbolic link already under root), are refused before anything is
-// written.
-func UnpackFiles(root string, blob []byte) ([]string, error) {
+// files, paths that would leave root (absolute, "..", or through a symbolic
+// link already under root), and paths that accept (when not nil) refuses
+// are refused before anything is written.
+func UnpackFiles(root string, blob []byte, accept func(rel string) error) ([]string, error) {
 	entries, err := readBlob(blob)
 	if err != nil {
 		return nil, err
 	}
 	for _, e := range entries {
+		if accept != nil {
+			if err := accept(e.rel); err != nil {
+				return nil, err
+			}
+		}
 		if err := noLinkOnPath(root, e.rel); err != nil {
 			return nil, err
 		}
@@ -157,13 +156,6 @@ func readBlob(blob []byte) ([]blobEntry, error) {
 		}
 		entries = append(entries, blobEntry{clean, data})
 	}
-}
-
-// StateTooLargeError is native state over its bound.
-type StateTooLargeError struct{ Size, Max int64 }
-
-func (e *StateTooLargeError) Error() string {
-	return fmt.Sprintf("native state of at least %d bytes exceeds the limit of %d bytes (the worker's maxNativeStateBytes)", e.Size, e.Max)
 }
 
 func cleanRel(rel string) (string, error) {

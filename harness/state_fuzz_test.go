@@ -18,7 +18,7 @@ func FuzzReadBlob(f *testing.F) {
 	if err := os.WriteFile(filepath.Join(src, "a", "b.txt"), []byte("b"), 0o600); err != nil {
 		f.Fatal(err)
 	}
-	blob, err := PackFiles(src, []string{"a/b.txt"}, 0)
+	blob, err := PackFiles(src, []string{"a/b.txt"})
 	if err != nil {
 		f.Fatal(err)
 	}

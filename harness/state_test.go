@@ -26,12 +26,12 @@ func TestPackAndUnpackFiles(t *testing.T) {
 	src, dst := t.TempDir(), t.TempDir()
 	writeFile(t, src, "sessions/2026/12/03/rollout-a.jsonl", "one\ntwo\n")
 	writeFile(t, src, "top.json", "{}")
-	blob, err := harness.PackFiles(src, []string{"sessions/2026/12/03/rollout-a.jsonl", "top.json"}, 0)
+	blob, err := harness.PackFiles(src, []string{"sessions/2026/12/03/rollout-a.jsonl", "top.json"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	writeFile(t, dst, "top.json", "old") // replaced
-	got, err := harness.UnpackFiles(dst, blob)
+	got, err := harness.UnpackFiles(dst, blob, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,32 +48,50 @@ func TestPackAndUnpackFiles(t *testing.T) {
 
 func TestPackFilesRefuses(t *testing.T) {
 	root := t.TempDir()
-	writeFile(t, root, "a.txt", strings.Repeat("a", 5000))
+	writeFile(t, root, "a.txt", "a")
 	if err := os.Symlink(filepath.Join(root, "a.txt"), filepath.Join(root, "link")); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
 		name string
 		rels []string
-		max  int64
 		want string
 	}{
-		{"outside the root", []string{"../x"}, 0, "not inside"},
-		{"absolute", []string{"/etc/passwd"}, 0, "not inside"},
-		{"missing", []string{"nope.txt"}, 0, "no such file"},
-		{"a symbolic link", []string{"link"}, 0, "not a regular file"},
-		{"over the bound", []string{"a.txt"}, 4096, "exceeds the limit"},
+		{"outside the root", []string{"../x"}, "not inside"},
+		{"absolute", []string{"/etc/passwd"}, "not inside"},
+		{"missing", []string{"nope.txt"}, "no such file"},
+		{"a symbolic link", []string{"link"}, "not a regular file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := harness.PackFiles(root, tc.rels, tc.max)
+			_, err := harness.PackFiles(root, tc.rels)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err %v, want one containing %q", err, tc.want)
 			}
 		})
 	}
-	var tooLarge *harness.StateTooLargeError
-	if _, err := harness.PackFiles(root, []string{"a.txt"}, 4096); !errors.As(err, &tooLarge) {
-		t.Fatalf("over the bound: %T, want *StateTooLargeError", err)
+}
+
+// A path the harness's accept refuses is refused before anything is
+// written, as a harness's ImportState uses it.
+func TestUnpackFilesAsksAccept(t *testing.T) {
+	src, dst := t.TempDir(), t.TempDir()
+	writeFile(t, src, "sessions/ok.jsonl", "ok")
+	writeFile(t, src, "config.toml", "evil")
+	blob, err := harness.PackFiles(src, []string{"sessions/ok.jsonl", "config.toml"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = harness.UnpackFiles(dst, blob, func(rel string) error {
+		if !strings.HasPrefix(rel, "sessions/") {
+			return errors.New("outside sessions/")
+		}
+		return nil
+	})
+	if err == nil {
+		t.Fatal("a refused path was unpacked")
+	}
+	if entries, _ := os.ReadDir(dst); len(entries) != 0 {
+		t.Fatalf("a refused blob wrote %v", entries)
 	}
 }
 
@@ -88,11 +106,11 @@ func TestUnpackFilesStaysInsideTheRoot(t *testing.T) {
 	src := t.TempDir()
 	writeFile(t, src, "escape/x.txt", "x")
 	writeFile(t, src, "fine.txt", "fine")
-	blob, err := harness.PackFiles(src, []string{"fine.txt", "escape/x.txt"}, 0)
+	blob, err := harness.PackFiles(src, []string{"fine.txt", "escape/x.txt"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := harness.UnpackFiles(root, blob); err == nil || !strings.Contains(err.Error(), "symbolic link") {
+	if _, err := harness.UnpackFiles(root, blob, nil); err == nil || !strings.Contains(err.Error(), "symbolic link") {
 		t.Fatalf("unpack through a link: %v, want a refusal", err)
 	}
 	if _, err := os.Stat(filepath.Join(outside, "x.txt")); !errors.Is(err, os.ErrNotExist) {

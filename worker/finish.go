@@ -231,9 +231,15 @@ func (r *run) sessionUpdate(res *bus.Result, state string) leases.SessionUpdate 
 		return leases.BindingUpdate(binding, state)
 	}
 	m := r.h.impl.Manifest()
-	return leases.OwnerUpdate(teamster.SessionRecord{
+	u := leases.OwnerUpdate(teamster.SessionRecord{
 		SessionKey: r.attempt.SessionKey, SessionID: r.attempt.SessionID, StorePath: r.attempt.StorePath,
 		AgentID: r.attempt.AgentID, ModelSelectionLocked: r.attempt.ModelSelectionLocked,
 		AgentHarnessID: r.harnessID, OwnerPluginID: m.PluginID, NativeBinding: binding, NativeState: state,
 	})
+	if state == "" && (r.session == nil || r.session.NativeState == "") {
+		// Nothing to write or clear: the finish script of a harness that
+		// keeps no native state carries no field for it.
+		delete(u, teamster.SessionFieldNativeState)
+	}
+	return u
 }

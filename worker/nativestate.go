@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/teamster-fleet/teamster"
@@ -71,7 +72,7 @@ func (r *run) saveState(out *harness.Outcome) (string, error) {
 		return "", nil
 	}
 	if max := r.w.cfg.MaxNativeState(); int64(len(blob)) > max {
-		return "", r.stateNotSaved(&harness.StateTooLargeError{Size: int64(len(blob)), Max: max})
+		return "", r.stateNotSaved(fmt.Errorf("native state of %d bytes exceeds the limit of %d bytes (the worker's maxNativeStateBytes)", len(blob), max))
 	}
 	name := bus.StateObjectName(leases.Tag(r.attempt.SessionKey), r.lease.Fence())
 	if err := r.w.nativeState.Put(ctx, name, blob); err != nil {

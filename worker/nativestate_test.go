@@ -3,7 +3,6 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"github.com/teamster-fleet/teamster/bus"
 	"github.com/teamster-fleet/teamster/harness"
 	"github.com/teamster-fleet/teamster/internal/fleettest"
+	"github.com/teamster-fleet/teamster/internal/testenv"
 	"github.com/teamster-fleet/teamster/leases"
 	"github.com/teamster-fleet/teamster/selection"
 	"github.com/teamster-fleet/teamster/worker"
@@ -32,7 +32,13 @@ type diskHarness struct{ dir string }
 type diskBinding struct {
 	Session string `json:"session"`
 	Turns   int    `json:"turns"`
+	// Lose makes ExportState call afterExport: the turn's prompt was "lose".
+	Lose bool `json:"lose,omitempty"`
 }
+
+// afterExport, when set, runs inside ExportState of a turn whose prompt was
+// "lose", between the turn and the upload of its state.
+var afterExport func(sessionTag string)
 
 var _ harness.StateCarrier = (*diskHarness)(nil)
 
@@ -70,6 +76,7 @@ func (h *diskHarness) RunAttempt(ctx context.Context, run *harness.Run) (*harnes
 		return nil, err
 	}
 	b.Turns++
+	b.Lose = run.Attempt.Prompt == "lose"
 	nb, _ := json.Marshal(b)
 	return &harness.Outcome{AssistantTexts: []string{strings.TrimSpace(string(history))}, NativeSession: nb}, nil
 }
@@ -79,11 +86,14 @@ func (h *diskHarness) ExportState(ctx context.Context, raw json.RawMessage) ([]b
 	if err := json.Unmarshal(raw, &b); err != nil {
 		return nil, err
 	}
-	return harness.PackFiles(h.dir, []string{"sessions/" + b.Session + ".txt"}, 0)
+	if b.Lose && afterExport != nil {
+		afterExport(b.Session)
+	}
+	return harness.PackFiles(h.dir, []string{"sessions/" + b.Session + ".txt"})
 }
 
 func (h *diskHarness) ImportState(ctx context.Context, raw json.RawMessage, blob []byte) error {
-	_, err := harness.UnpackFiles(h.dir, blob)
+	_, err := harness.UnpackFiles(h.dir, blob, nil)
 	return err
 }
 
@@ -127,26 +137,7 @@ func diskAttempt(session, prompt string) *bus.Attempt {
 // stateObjects lists TEAMSTER_NATIVE_STATE's objects.
 func stateObjects(t *testing.T, f *fleettest.Fleet) []string {
 	t.Helper()
-	js, err := jetstream.New(f.Connect("inspect-state"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	obs, err := js.ObjectStore(t.Context(), bus.BucketNativeState)
-	if err != nil {
-		t.Fatal(err)
-	}
-	infos, err := obs.List(t.Context())
-	if errors.Is(err, jetstream.ErrNoObjectsFound) {
-		return nil
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, i := range infos {
-		names = append(names, i.Name)
-	}
-	return names
+	return testenv.StateObjects(t, f.Connect("inspect-state"))
 }
 
 func sessionRecord(t *testing.T, f *fleettest.Fleet, key string) *teamster.SessionRecord {
@@ -264,5 +255,37 @@ func TestExampleConfigsLoad(t *testing.T) {
 		if _, err := worker.LoadConfig(p); err != nil {
 			t.Errorf("%s: %v", p, err)
 		}
+	}
+}
+
+// Fenced: a turn whose lease is lost after the harness ran, while its state
+// is being saved, commits nothing: the record keeps the state of the turn
+// before, and the object the stale turn uploaded is deleted, so no later
+// turn can restore it.
+func TestAStaleTurnsStateIsNeverNamed(t *testing.T) {
+	f := diskFleet(t)
+	const key = "agent:main:disk-stale"
+	r1 := result(t, submit(t, f.Client, diskAttempt(key, "a")))
+	if r1.Status != teamster.StatusOK {
+		t.Fatalf("turn 1: %+v (error %v)", r1, r1.Error)
+	}
+	want1 := bus.StateObjectName(leases.Tag(key), r1.Fence)
+	afterExport = func(tag string) {
+		// The lease goes: what a Redis failover or an expiry during a pause
+		// does to the holder.
+		if err := f.RDB.Del(context.Background(), "teamster:{"+tag+"}:lease").Err(); err != nil {
+			t.Error(err)
+		}
+	}
+	defer func() { afterExport = nil }()
+	r2 := result(t, submit(t, f.Client, diskAttempt(key, "lose")))
+	if r2.Error == nil || r2.Error.Code != teamster.CodeLeaseLost {
+		t.Fatalf("turn 2, whose lease went during the save: %+v (error %v), want lease_lost", r2, r2.Error)
+	}
+	if rec := sessionRecord(t, f, key); rec.NativeState != want1 || !strings.Contains(rec.NativeBinding, `"turns":1`) {
+		t.Fatalf("after the stale turn the record is %+v, want turn 1's binding and state %s", rec, want1)
+	}
+	if names := stateObjects(t, f); len(names) != 1 || names[0] != want1 {
+		t.Fatalf("objects %q, want only turn 1's %s: the stale turn's upload was left", names, want1)
 	}
 }

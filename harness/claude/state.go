@@ -1,13 +1,10 @@
 package claude
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -44,7 +41,7 @@ func (h *claudeHarness) ExportState(ctx context.Context, raw json.RawMessage) ([
 	if !hasTranscript(rels, sid) {
 		return nil, fmt.Errorf("claude: no transcript of session %s under %s", sid, filepath.Join(h.home, projectsDir))
 	}
-	return harness.PackFiles(h.home, rels, 0)
+	return harness.PackFiles(h.home, rels)
 }
 
 // ImportState writes the session's files back under this harness's home.
@@ -55,20 +52,12 @@ func (h *claudeHarness) ImportState(ctx context.Context, raw json.RawMessage, bl
 	if err != nil {
 		return err
 	}
-	tr := tar.NewReader(bytes.NewReader(blob))
-	for {
-		hd, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
+	_, err = harness.UnpackFiles(h.home, blob, func(rel string) error {
+		if !strings.HasPrefix(rel, projectsDir+"/") || (sid != "" && !strings.Contains(rel, sid)) {
+			return fmt.Errorf("claude: native state holds %.200q, which is not a file of session %s under %s", rel, sid, projectsDir)
 		}
-		if err != nil {
-			return fmt.Errorf("claude: native state: %w", err)
-		}
-		if !strings.HasPrefix(hd.Name, projectsDir+"/") || (sid != "" && !strings.Contains(hd.Name, sid)) {
-			return fmt.Errorf("claude: native state holds %.200q, which is not a file of session %s under %s", hd.Name, sid, projectsDir)
-		}
-	}
-	_, err = harness.UnpackFiles(h.home, blob)
+		return nil
+	})
 	return err
 }
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 	"github.com/sirupsen/logrus"
 
@@ -487,26 +485,5 @@ func (w testWriter) Write(p []byte) (int, error) {
 // stateObjects are the names of the objects in TEAMSTER_NATIVE_STATE.
 func (f *fleet) stateObjects() []string {
 	f.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer cancel()
-	js, err := jetstream.New(f.connect("inspect"))
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	obs, err := js.ObjectStore(ctx, bus.BucketNativeState)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	infos, err := obs.List(ctx)
-	if errors.Is(err, jetstream.ErrNoObjectsFound) {
-		return nil
-	}
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	var names []string
-	for _, i := range infos {
-		names = append(names, i.Name)
-	}
-	return names
+	return testenv.StateObjects(f.t, f.connect("inspect"))
 }

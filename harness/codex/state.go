@@ -26,17 +26,19 @@ var _ harness.StateCarrier = (*codexHarness)(nil)
 // codexHome is the app-server's CODEX_HOME: the settings' (or their env's),
 // the worker's, else codex's default ~/.codex.
 func (s *settings) codexHome() (string, error) {
+	home := ""
 	for _, kv := range s.environ() {
 		if v, ok := strings.CutPrefix(kv, "CODEX_HOME="); ok && v != "" {
 			return v, nil
 		}
-	}
-	for _, kv := range s.environ() {
 		if v, ok := strings.CutPrefix(kv, "HOME="); ok && v != "" {
-			return filepath.Join(v, ".codex"), nil
+			home = filepath.Join(v, ".codex")
 		}
 	}
-	return "", errors.New("codex: neither CODEX_HOME nor HOME is set, so the threads' rollouts cannot be found")
+	if home == "" {
+		return "", errors.New("codex: neither CODEX_HOME nor HOME is set, so the threads' rollouts cannot be found")
+	}
+	return home, nil
 }
 
 // ExportState packs the rollout of the binding's thread.
@@ -56,7 +58,7 @@ func (h *codexHarness) ExportState(ctx context.Context, raw json.RawMessage) ([]
 	if len(rels) == 0 {
 		return nil, fmt.Errorf("codex: no rollout of thread %s under %s", threadID, filepath.Join(home, "sessions"))
 	}
-	return harness.PackFiles(home, rels, 0)
+	return harness.PackFiles(home, rels)
 }
 
 // ImportState writes the rollout back under this worker's CODEX_HOME.
@@ -65,16 +67,13 @@ func (h *codexHarness) ImportState(ctx context.Context, raw json.RawMessage, blo
 	if err != nil {
 		return err
 	}
-	files, err := harness.UnpackFiles(home, blob)
-	if err != nil {
-		return err
-	}
-	for _, f := range files {
-		if !strings.HasPrefix(f, "sessions/") {
-			return fmt.Errorf("codex: native state holds %s, outside sessions/", f)
+	_, err = harness.UnpackFiles(home, blob, func(rel string) error {
+		if !strings.HasPrefix(rel, "sessions/") {
+			return fmt.Errorf("codex: native state holds %.200q, outside sessions/", rel)
 		}
-	}
-	return nil
+		return nil
+	})
+	return err
 }
 
 // rolloutsOf are the rollout files of a thread, relative to home.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/teamster-fleet/teamster/bus"
 	"github.com/teamster-fleet/teamster/internal/fleettest"
+	"github.com/teamster-fleet/teamster/internal/testenv"
 	"github.com/teamster-fleet/teamster/leases"
 )
 
@@ -47,19 +48,7 @@ func TestCLIPrunesNativeState(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	objects := func() []string {
-		t.Helper()
-		objs, err := st.List(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var names []string
-		for _, o := range objs {
-			names = append(names, o.Name)
-		}
-		slices.Sort(names)
-		return names
-	}
+	objects := func() []string { return testenv.StateObjects(t, nc) }
 	all := []string{named, older, stray}
 	slices.Sort(all)
 
