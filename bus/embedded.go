@@ -27,6 +27,10 @@ type EmbeddedOptions struct {
 	Logger server.Logger
 	// ReadyTimeout bounds start-up; default 30s.
 	ReadyTimeout time.Duration
+	// Configure, when set, changes the server's options last, before the
+	// server is made: accounts and users, TLS (`teamster dev --secure`).
+	// Without it the server has no authentication and no TLS.
+	Configure func(*server.Options)
 }
 
 // StartEmbedded starts a NATS server with JetStream in this process and waits
@@ -63,6 +67,9 @@ func StartEmbedded(o EmbeddedOptions) (*server.Server, error) {
 	case o.Port < 0:
 		opts.DontListen = true
 		opts.Port = 0
+	}
+	if o.Configure != nil {
+		o.Configure(opts)
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {

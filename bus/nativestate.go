@@ -1,10 +1,14 @@
 package bus
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,25 +38,15 @@ func nativeStateBucketConfig(o StreamOptions) jetstream.ObjectStoreConfig {
 	}
 }
 
-// ensureNativeState opens TEAMSTER_NATIVE_STATE, creating it when missing
-// (what a worker does; routers create or update it in Setup).
-func ensureNativeState(ctx context.Context, js jetstream.JetStream, o StreamOptions) (jetstream.ObjectStore, error) {
-	obs, err := js.ObjectStore(ctx, BucketNativeState)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		obs, err = js.CreateObjectStore(ctx, nativeStateBucketConfig(o))
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			obs, err = js.ObjectStore(ctx, BucketNativeState)
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("object store %s: %w", BucketNativeState, err)
-	}
-	return obs, nil
-}
-
-// NativeState is the object store of sessions' native state.
+// NativeState is the object store of sessions' native state. Put and Delete
+// go through the object store; Get and List read its stream by direct get and
+// create no consumer (only routers create consumers), so a reader
+// needs $JS.API.STREAM.INFO.OBJ_TEAMSTER_NATIVE_STATE,
+// $JS.API.DIRECT.GET.OBJ_TEAMSTER_NATIVE_STATE (chunks) and
+// $JS.API.DIRECT.GET.OBJ_TEAMSTER_NATIVE_STATE.> (metadata) only.
 type NativeState struct {
-	obs jetstream.ObjectStore
+	obs    jetstream.ObjectStore
+	stream jetstream.Stream
 }
 
 // OpenNativeState opens TEAMSTER_NATIVE_STATE (Setup or Ensure created it).
@@ -61,8 +55,32 @@ func OpenNativeState(ctx context.Context, js jetstream.JetStream) (*NativeState,
 	if err != nil {
 		return nil, fmt.Errorf("object store %s: %w", BucketNativeState, err)
 	}
-	return &NativeState{obs: obs}, nil
+	s, err := js.Stream(ctx, nativeStateStream)
+	if err != nil {
+		return nil, fmt.Errorf("object store %s: %w", BucketNativeState, err)
+	}
+	return &NativeState{obs: obs, stream: s}, nil
 }
+
+// The stream behind TEAMSTER_NATIVE_STATE and its subjects, as nats.go's
+// object store lays them out: an object's metadata (its ObjectInfo, JSON) is
+// the last message on $O.<bucket>.M.<base64url(name)>, its content the
+// messages (chunks) on $O.<bucket>.C.<nuid>, in order.
+const (
+	nativeStateStream     = "OBJ_" + BucketNativeState
+	nativeStateMetaPrefix = "$O." + BucketNativeState + ".M."
+	nativeStateChunks     = "$O." + BucketNativeState + ".C."
+	objectDigestPrefix    = "SHA-256="
+)
+
+// chunkRetries bounds how many times Get reads a chunk its object's
+// metadata names but the server did not find: with replicas, a direct get
+// may be answered by a follower a little behind the one that answered the
+// metadata.
+const (
+	chunkRetries    = 3
+	chunkRetryPause = 100 * time.Millisecond
+)
 
 // ErrStateMissing is a session record naming native state that the object
 // store does not hold.
@@ -83,29 +101,162 @@ func (n *NativeState) Put(ctx context.Context, name string, blob []byte) error {
 }
 
 // Get reads object name, refusing one over max bytes before reading its
-// content (0: no bound). The object store checks the content's SHA-256
-// digest as it is read. ErrStateMissing when there is no such object.
+// content (0: no bound), and checks the content against the size and the
+// SHA-256 digest its metadata records. ErrStateMissing when there is no such
+// object (or it was deleted). It reads by direct get and creates no consumer.
 func (n *NativeState) Get(ctx context.Context, name string, max int64) ([]byte, error) {
-	res, err := n.obs.Get(ctx, name)
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return nil, fmt.Errorf("native state %s: %w", name, ErrStateMissing)
-	}
+	info, err := n.info(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("native state %s: %w", name, err)
 	}
-	defer res.Close()
-	info, err := res.Info()
-	if err != nil {
-		return nil, fmt.Errorf("native state %s: %w", name, err)
-	}
-	if max > 0 && int64(info.Size) > max {
+	if max > 0 && info.Size > uint64(max) {
 		return nil, fmt.Errorf("native state %s is %d bytes, over the limit of %d bytes", name, info.Size, max)
 	}
-	b, err := io.ReadAll(res)
+	b, err := n.content(ctx, name, info)
 	if err != nil {
 		return nil, fmt.Errorf("native state %s: get: %w", name, err)
 	}
 	return b, nil
+}
+
+// info reads the metadata of object name: ErrStateMissing when there is
+// none, or it marks the object deleted.
+func (n *NativeState) info(ctx context.Context, name string) (*jetstream.ObjectInfo, error) {
+	if name == "" {
+		return nil, errors.New("no object name")
+	}
+	m, err := n.stream.GetLastMsgForSubject(ctx, nativeStateMetaPrefix+base64.URLEncoding.EncodeToString([]byte(name)))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, ErrStateMissing
+	}
+	if err != nil {
+		return nil, err
+	}
+	info, err := decodeObjectInfo(m)
+	if err != nil {
+		return nil, err
+	}
+	if info.Deleted {
+		return nil, ErrStateMissing
+	}
+	if info.Name != name {
+		return nil, fmt.Errorf("its metadata names object %q", info.Name)
+	}
+	return info, nil
+}
+
+// decodeObjectInfo decodes the metadata message m; its time is the object's.
+func decodeObjectInfo(m *jetstream.RawStreamMsg) (*jetstream.ObjectInfo, error) {
+	var info jetstream.ObjectInfo
+	if err := json.Unmarshal(m.Data, &info); err != nil {
+		return nil, fmt.Errorf("metadata does not decode: %w", err)
+	}
+	info.ModTime = m.Time
+	return &info, nil
+}
+
+// content reads the chunks of the object info describes, one direct get
+// ("the next message on the object's chunk subject from sequence") each,
+// bounded by the size the metadata records, and checks size and digest.
+func (n *NativeState) content(ctx context.Context, name string, info *jetstream.ObjectInfo) ([]byte, error) {
+	if info.Opts != nil && info.Opts.Link != nil {
+		return nil, errors.New("the object is a link, which teamster never stores")
+	}
+	if !validNUID(info.NUID) {
+		return nil, fmt.Errorf("metadata names chunk subject token %q", info.NUID)
+	}
+	want, err := decodeDigest(info.Digest)
+	if err != nil {
+		if info.Size == 0 && info.Chunks == 0 && info.Digest == "" {
+			return []byte{}, nil // as the object store returns an empty object
+		}
+		return nil, err
+	}
+	subj := nativeStateChunks + info.NUID
+	out := make([]byte, 0, min(info.Size, 16<<20))
+	h := sha256.New()
+	seq := uint64(1)
+	for i := uint32(0); i < info.Chunks; i++ {
+		m, err := n.chunk(ctx, name, info, subj, seq)
+		if err != nil {
+			return nil, fmt.Errorf("chunk %d of %d: %w", i+1, info.Chunks, err)
+		}
+		if uint64(len(out))+uint64(len(m.Data)) > info.Size {
+			return nil, fmt.Errorf("chunks hold more than the %d bytes of its metadata", info.Size)
+		}
+		out = append(out, m.Data...)
+		h.Write(m.Data)
+		seq = m.Sequence + 1
+	}
+	if uint64(len(out)) != info.Size {
+		return nil, fmt.Errorf("%d chunks hold %d bytes, its metadata says %d", info.Chunks, len(out), info.Size)
+	}
+	if !bytes.Equal(h.Sum(nil), want) {
+		return nil, jetstream.ErrDigestMismatch
+	}
+	return out, nil
+}
+
+// chunk reads the first chunk on subj from sequence seq on. A chunk not
+// found is read again (chunkRetries) unless the object is gone meanwhile
+// (deleted: ErrStateMissing; put again under new chunks: an error).
+func (n *NativeState) chunk(ctx context.Context, name string, info *jetstream.ObjectInfo, subj string, seq uint64) (*jetstream.RawStreamMsg, error) {
+	for try := 1; ; try++ {
+		m, err := n.stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
+		if err == nil {
+			if m.Subject != subj {
+				return nil, fmt.Errorf("read a message on %s", m.Subject)
+			}
+			return m, nil
+		}
+		if !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil, err
+		}
+		now, ierr := n.info(ctx, name)
+		switch {
+		case errors.Is(ierr, ErrStateMissing):
+			return nil, ErrStateMissing
+		case ierr != nil:
+			return nil, err
+		case now.NUID != info.NUID:
+			return nil, errors.New("the object was put again while read")
+		case try >= chunkRetries:
+			return nil, errors.New("missing from the object store")
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(chunkRetryPause):
+		}
+	}
+}
+
+// validNUID reports whether s can be the last token of a chunk subject: a
+// NUID is base62, and anything else (a wildcard, a dot) would read other
+// objects' chunks.
+func validNUID(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// decodeDigest decodes an object's digest, "SHA-256=<base64url of the sum>".
+func decodeDigest(d string) ([]byte, error) {
+	enc, ok := strings.CutPrefix(d, objectDigestPrefix)
+	if !ok {
+		return nil, fmt.Errorf("digest %q is not %s<base64url>", truncate(d, 80), objectDigestPrefix)
+	}
+	sum, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(enc, "="))
+	if err != nil || len(sum) != sha256.Size {
+		return nil, fmt.Errorf("digest %q is not %s<base64url>", truncate(d, 80), objectDigestPrefix)
+	}
+	return sum, nil
 }
 
 // Delete removes object name; a missing object is not an error.
@@ -124,19 +275,31 @@ type StateObject struct {
 	Modified time.Time
 }
 
-// List returns every object of the store (its metadata only, read once).
+// List returns every object of the store (its metadata only, read once), in
+// name order. Like Get it creates no consumer: the stream info lists the
+// metadata subjects, a direct get reads each; deleted objects and metadata
+// that does not decode are left out.
 func (n *NativeState) List(ctx context.Context) ([]StateObject, error) {
-	infos, err := n.obs.List(ctx)
-	if errors.Is(err, jetstream.ErrNoObjectsFound) {
-		return nil, nil
-	}
+	si, err := n.stream.Info(ctx, jetstream.WithSubjectFilter(nativeStateMetaPrefix+">"))
 	if err != nil {
 		return nil, fmt.Errorf("native state: list: %w", err)
 	}
-	out := make([]StateObject, 0, len(infos))
-	for _, i := range infos {
-		out = append(out, StateObject{Name: i.Name, Size: i.Size, Modified: i.ModTime})
+	var out []StateObject
+	for subj := range si.State.Subjects {
+		m, err := n.stream.GetLastMsgForSubject(ctx, subj)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("native state: list: %w", err)
+		}
+		info, err := decodeObjectInfo(m)
+		if err != nil || info.Deleted {
+			continue
+		}
+		out = append(out, StateObject{Name: info.Name, Size: info.Size, Modified: info.ModTime})
 	}
+	slices.SortFunc(out, func(a, b StateObject) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }
 

@@ -66,6 +66,11 @@ var subjectBuilders = map[string]func() (string, error){
 	"SubmitDelegateSubject": func() (string, error) { return SubmitDelegateSubject(ph("pluginId")) },
 	"RunInjectSubject":      func() (string, error) { return RunInjectSubject(ph("attemptId")) },
 	"RunCancelSubject":      func() (string, error) { return RunCancelSubject(ph("attemptId")) },
+	"SubmitGatewaySubject":  func() (string, error) { return SubmitGatewaySubject(ph("gatewayId")) },
+	"WorkerRunSubject":      func() (string, error) { return WorkerRunSubject(ph("workerId"), ph("attemptId"), "inject") },
+	"InboxPrefix":           func() (string, error) { return InboxPrefix("gateway", ph("name")) },
+	"GatewayFromSubject":    nil, // parses what SubmitGatewaySubject builds
+	"RunOf":                 nil, // parses what RunInjectSubject and RunCancelSubject build
 	"SessionOpSubject":      func() (string, error) { return SessionOpSubject(SessionCreate) },
 	"HostSubject":           func() (string, error) { return HostSubject(ph("hostId"), ph("attemptId"), HostCallTool) },
 	"HostSubjects":          func() (string, error) { return HostSubjects(ph("hostId")) },

@@ -14,9 +14,13 @@ import (
 // Transient says whether a JetStream API error may pass by trying again:
 // no answer in time (a stream or meta leader election, a cluster still
 // forming), no responders (JetStream not up yet), or a server answer that
-// JetStream is unavailable (HTTP-like code 503). A refusal of the request
+// JetStream is unavailable (HTTP-like code 503), or something a router has
+// not created yet (ErrNotSetUp). A refusal of the request
 // itself (a bad or conflicting configuration, a permission) is not.
 func Transient(err error) bool {
+	if errors.Is(err, ErrNotSetUp) {
+		return true
+	}
 	var api *jetstream.APIError
 	if errors.As(err, &api) {
 		return api.Code >= 500 || api.Code == 408

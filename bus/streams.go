@@ -124,38 +124,36 @@ func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions) (worker
 	return workers, routers, nil
 }
 
-// Ensure creates TEAMSTER_ATTEMPTS, TEAMSTER_RESULTS, TEAMSTER_WORKERS and
-// TEAMSTER_NATIVE_STATE when they are missing and leaves existing ones as they are: what a worker
-// does, so that it can start before any router without being able to change
-// a stream's configuration (routers own it: Setup). Creating them at the
-// same time from several processes is safe: the losers find the winner's.
-func Ensure(ctx context.Context, js jetstream.JetStream, o StreamOptions) (jetstream.KeyValue, error) {
-	for _, cfg := range []jetstream.StreamConfig{AttemptsStreamConfig(o), ResultsStreamConfig(o)} {
-		_, err := js.Stream(ctx, cfg.Name)
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			_, err = js.CreateStream(ctx, cfg)
-			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-				_, err = js.Stream(ctx, cfg.Name)
-			}
-		}
-		if err != nil {
-			return nil, fmt.Errorf("stream %s: %w", cfg.Name, err)
+// ErrNotSetUp is a stream, bucket or consumer that no router has created
+// yet. Routers are the only part of the fleet that creates or updates them
+// (Setup, EnsureHarnessConsumer); a worker that finds one missing waits for
+// a router (RetryTransient treats ErrNotSetUp as transient).
+var ErrNotSetUp = errors.New("not set up yet: routers create it")
+
+// Lookup finds TEAMSTER_ATTEMPTS, TEAMSTER_RESULTS, TEAMSTER_WORKERS and
+// TEAMSTER_NATIVE_STATE, which routers create, and returns the workers'
+// bucket: what a worker does at its start. It changes nothing; a missing
+// one is ErrNotSetUp. It reads only stream information, which a worker's
+// credentials allow.
+func Lookup(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
+	for _, name := range []string{StreamAttempts, StreamResults, "OBJ_" + BucketNativeState} {
+		if _, err := js.Stream(ctx, name); err != nil {
+			return nil, notSetUp("stream "+name, err)
 		}
 	}
 	kv, err := js.KeyValue(ctx, BucketWorkers)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, workersBucketConfig(o))
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, BucketWorkers)
-		}
-	}
 	if err != nil {
-		return nil, fmt.Errorf("bucket %s: %w", BucketWorkers, err)
-	}
-	if _, err := ensureNativeState(ctx, js, o); err != nil {
-		return nil, err
+		return nil, notSetUp("bucket "+BucketWorkers, err)
 	}
 	return kv, nil
+}
+
+// notSetUp turns a lookup's not-found error into ErrNotSetUp.
+func notSetUp(what string, err error) error {
+	if errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("%s: %w", what, ErrNotSetUp)
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 // HarnessConsumerConfig is the durable pull consumer harness_<harnessId>, shared
@@ -178,8 +176,19 @@ func HarnessConsumerConfig(harnessID string) (jetstream.ConsumerConfig, error) {
 	}, nil
 }
 
+// HarnessConsumer looks up harness_<harnessId> on TEAMSTER_ATTEMPTS, which a
+// router creates once a worker advertises the harness; ErrNotSetUp until
+// then.
+func HarnessConsumer(ctx context.Context, js jetstream.JetStream, harnessID string) (jetstream.Consumer, error) {
+	c, err := js.Consumer(ctx, StreamAttempts, ConsumerName(harnessID))
+	if err != nil {
+		return nil, notSetUp("consumer "+ConsumerName(harnessID), err)
+	}
+	return c, nil
+}
+
 // EnsureHarnessConsumer creates or updates harness_<harnessId> on
-// TEAMSTER_ATTEMPTS.
+// TEAMSTER_ATTEMPTS: a router's work.
 func EnsureHarnessConsumer(ctx context.Context, js jetstream.JetStream, harnessID string) (jetstream.Consumer, error) {
 	cfg, err := HarnessConsumerConfig(harnessID)
 	if err != nil {

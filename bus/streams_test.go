@@ -89,62 +89,50 @@ func TestSetupIsIdempotent(t *testing.T) {
 	}
 }
 
-// Ensure (what a worker runs) creates what is missing, from several
-// processes at once, and changes nothing that exists: a configuration a
-// router set stays.
-func TestEnsureCreatesButNeverUpdates(t *testing.T) {
+// Lookup and HarnessConsumer (what a worker runs) create nothing: before a
+// router's Setup they say ErrNotSetUp, a transient error the worker waits
+// out, and afterwards they find what Setup and EnsureHarnessConsumer made.
+func TestWorkerLookupCreatesNothing(t *testing.T) {
 	_, _, js := connect(t)
 	ctx := context.Background()
-	errs := make(chan error, 4)
-	for range 4 {
-		go func() {
-			_, err := bus.Ensure(ctx, js, bus.StreamOptions{})
-			errs <- err
-		}()
+	if _, err := bus.Lookup(ctx, js); !errors.Is(err, bus.ErrNotSetUp) || !bus.Transient(err) {
+		t.Fatalf("lookup before setup: %v, want a transient ErrNotSetUp", err)
 	}
-	for range 4 {
-		if err := <-errs; err != nil {
-			t.Fatalf("concurrent ensure: %v", err)
-		}
-	}
-	res, err := js.Stream(ctx, bus.StreamResults)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rc := res.CachedInfo().Config; rc.MaxMsgsPerSubject != 1 || rc.MaxAge != bus.ResultsMaxAge {
-		t.Fatalf("results stream created as %+v", rc)
-	}
-	if _, err := js.KeyValue(ctx, bus.BucketWorkers); err != nil {
-		t.Fatalf("bucket: %v", err)
-	}
-
-	// A configuration that differs from the contract's, as an operator or a
-	// newer router may leave it, survives Ensure; Setup puts the contract's back.
-	cfg := bus.AttemptsStreamConfig(bus.StreamOptions{})
-	cfg.Description = "changed by hand"
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bus.Ensure(ctx, js, bus.StreamOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	description := func() string {
-		t.Helper()
-		st, err := js.Stream(ctx, bus.StreamAttempts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st.CachedInfo().Config.Description
-	}
-	if d := description(); d != "changed by hand" {
-		t.Fatalf("after Ensure the description is %q: Ensure updated the stream", d)
+	if names := streamNames(t, js); len(names) != 0 {
+		t.Fatalf("lookup created streams %v", names)
 	}
 	if _, _, err := bus.Setup(ctx, js, bus.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if d := description(); d != bus.AttemptsStreamConfig(bus.StreamOptions{}).Description {
-		t.Fatalf("after Setup the description is %q, want the contract's", d)
+	if _, err := bus.Lookup(ctx, js); err != nil {
+		t.Fatalf("lookup after setup: %v", err)
 	}
+	if _, err := bus.HarnessConsumer(ctx, js, "codex"); !errors.Is(err, bus.ErrNotSetUp) {
+		t.Fatalf("consumer before a router made it: %v, want ErrNotSetUp", err)
+	}
+	if _, err := bus.EnsureHarnessConsumer(ctx, js, "codex"); err != nil {
+		t.Fatal(err)
+	}
+	c, err := bus.HarnessConsumer(ctx, js, "codex")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name := c.CachedInfo().Name; name != "harness_codex" {
+		t.Fatalf("consumer %q", name)
+	}
+}
+
+func streamNames(t *testing.T, js jetstream.JetStream) []string {
+	t.Helper()
+	var names []string
+	l := js.StreamNames(context.Background())
+	for n := range l.Name() {
+		names = append(names, n)
+	}
+	if err := l.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return names
 }
 
 // The same attempt id published twice within the duplicate window is stored

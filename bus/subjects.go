@@ -6,6 +6,7 @@ package bus
 
 import (
 	"regexp"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/teamster-fleet/teamster"
@@ -46,9 +47,18 @@ func CheckID(field, s string) error {
 const (
 	SubjectSubmit          = "teamster.submit"
 	SubjectSubmitDelegates = "teamster.submit.delegate.*"
-	SubjectInject          = "teamster.inject"
-	SubjectSourceGrant     = "teamster.source.grant"
-	SubjectSourceRevoke    = "teamster.source.revoke"
+	// SubjectSubmitGateways is every gateway's identity-bound submit
+	// subject, teamster.submit.gateway.<gatewayId>.
+	SubjectSubmitGateways = "teamster.submit.gateway.*"
+	// SubjectRunInjects and SubjectRunCancels are a running attempt's
+	// gateway-facing subjects, served by the routers, which relay each
+	// request to the worker running the attempt
+	// (teamster.worker.<workerId>.run.<attemptId>.inject or .cancel).
+	SubjectRunInjects   = "teamster.run.*.inject"
+	SubjectRunCancels   = "teamster.run.*.cancel"
+	SubjectInject       = "teamster.inject"
+	SubjectSourceGrant  = "teamster.source.grant"
+	SubjectSourceRevoke = "teamster.source.revoke"
 	// SubjectSourceRevoked is the router's broadcast of a revoke (body
 	// SourceRevoke), heard by every worker, so that items of the source in
 	// flight are dropped at once rather than at their next Redis check.
@@ -77,6 +87,7 @@ const (
 
 const (
 	prefixSubmitDelegate = "teamster.submit.delegate."
+	prefixSubmitGateway  = "teamster.submit.gateway."
 	prefixAttempt        = "teamster.attempt."
 	prefixResult         = "teamster.result."
 	prefixRun            = "teamster.run."
@@ -135,6 +146,20 @@ func DelegateFromSubject(subject string) (string, error) {
 	return tokenAfter(subject, prefixSubmitDelegate, "pluginId")
 }
 
+// SubmitGatewaySubject is teamster.submit.gateway.<gatewayId>.
+func SubmitGatewaySubject(gatewayID string) (string, error) {
+	if err := CheckID("gatewayId", gatewayID); err != nil {
+		return "", err
+	}
+	return prefixSubmitGateway + gatewayID, nil
+}
+
+// GatewayFromSubject returns the gateway id of a
+// teamster.submit.gateway.<gatewayId> subject, or an invalid_request error.
+func GatewayFromSubject(subject string) (string, error) {
+	return tokenAfter(subject, prefixSubmitGateway, "gatewayId")
+}
+
 // RunInjectSubject is teamster.run.<attemptId>.inject.
 func RunInjectSubject(attemptID string) (string, error) {
 	if err := CheckID("attemptId", attemptID); err != nil {
@@ -149,6 +174,52 @@ func RunCancelSubject(attemptID string) (string, error) {
 		return "", err
 	}
 	return prefixRun + attemptID + ".cancel", nil
+}
+
+// RunOf returns the attempt id and the request ("inject" or "cancel") of a
+// teamster.run.<attemptId>.<request> subject, or an invalid_request error.
+func RunOf(subject string) (attemptID, request string, err error) {
+	rest, ok := strings.CutPrefix(subject, prefixRun)
+	id, req, cut := strings.Cut(rest, ".")
+	if !ok || !cut || (req != "inject" && req != "cancel") {
+		return "", "", teamster.Errorf(teamster.CodeInvalidRequest, "subject %q is not %s<attemptId>.inject or .cancel", truncate(subject, 80), prefixRun)
+	}
+	if err := CheckID("attemptId", id); err != nil {
+		return "", "", err
+	}
+	return id, req, nil
+}
+
+// WorkerRunSubject is teamster.worker.<workerId>.run.<attemptId>.<request>,
+// request "inject" or "cancel": where the router relays a run's requests to
+// the worker running it. Only that worker may subscribe to its subjects.
+func WorkerRunSubject(workerID, attemptID, request string) (string, error) {
+	if err := CheckID("workerId", workerID); err != nil {
+		return "", err
+	}
+	if err := CheckID("attemptId", attemptID); err != nil {
+		return "", err
+	}
+	if request != "inject" && request != "cancel" {
+		return "", teamster.Errorf(teamster.CodeInvalidRequest, "run request %q is not inject or cancel", truncate(request, 40))
+	}
+	return prefixWorker + workerID + ".run." + attemptID + "." + request, nil
+}
+
+// InboxPrefix is the inbox prefix of a principal, _INBOX.<role>.<name>
+// (role gateway, delegate, router, worker or operator): every reply and
+// delivery it asks for goes under it, and the shipped NATS permissions let
+// it subscribe nowhere else under _INBOX.
+func InboxPrefix(role, name string) (string, error) {
+	switch role {
+	case "gateway", "delegate", "router", "worker", "operator":
+	default:
+		return "", teamster.Errorf(teamster.CodeInvalidRequest, "role %q is not gateway, delegate, router, worker or operator", truncate(role, 40))
+	}
+	if err := CheckID(role, name); err != nil {
+		return "", err
+	}
+	return "_INBOX." + role + "." + name, nil
 }
 
 // SessionOpSubject is teamster.session.<op>.

@@ -15,8 +15,10 @@ import (
 	"github.com/teamster-fleet/teamster/internal/retry"
 )
 
-// Submitting an attempt, as the gateway (teamster.submit) or as a delegate
-// plugin (teamster.submit.delegate.<pluginId>), and sending the submit again
+// Submitting an attempt, as the gateway (teamster.submit, or
+// teamster.submit.gateway.<gatewayId> for a gateway with an identity) or as
+// a delegate plugin (teamster.submit.delegate.<pluginId>), and sending the
+// submit again
 // when its reply is lost.
 
 // Submit submits a prepared attempt on teamster.submit and follows it. The
@@ -30,6 +32,27 @@ import (
 // ErrClientClosed.
 func (c *Client) Submit(ctx context.Context, a *bus.Attempt) (*Handle, error) {
 	return c.submit(ctx, bus.SubjectSubmit, a)
+}
+
+// SubmitAsGateway submits a prepared attempt, as Submit does, on
+// teamster.submit.gateway.<gatewayId>: the submit of a gateway that has an
+// identity of its own (the shipped NATS permissions let each gateway publish
+// only its own subject, and subscribe only under its own inbox prefix,
+// bus.InboxPrefix("gateway", gatewayID), set on the connection with
+// nats.CustomInboxPrefix). The attempt's hostId defaults to gatewayID and
+// must be it: the router refuses another with invalid_request, so a
+// gateway's host callbacks go to no one else.
+func (c *Client) SubmitAsGateway(ctx context.Context, gatewayID string, a *bus.Attempt) (*Handle, error) {
+	subj, err := bus.SubmitGatewaySubject(gatewayID)
+	if err != nil {
+		return nil, err
+	}
+	if a.HostID == "" {
+		at := *a
+		at.HostID = gatewayID
+		a = &at
+	}
+	return c.submit(ctx, subj, a)
 }
 
 // SubmitAsDelegate submits an attempt as the delegate plugin pluginID (for

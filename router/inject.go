@@ -13,41 +13,33 @@ import (
 )
 
 // onInject serves teamster.inject: it finds the session's running attempt
-// from the session's lease (or takes the attemptId the request names) and
-// forwards the request to teamster.run.<attemptId>.inject, where the worker
-// running that attempt answers. Whichever worker runs the session's current
-// turn, the inject reaches it.
+// and its worker from the session's lease (or the attempt the request names,
+// from its record) and forwards the request to
+// teamster.worker.<workerId>.run.<attemptId>.inject, where only the worker
+// running that attempt listens. Whichever worker runs the session's current
+// turn, the inject reaches it, and no other worker hears it.
 func (r *Router) onInject(m *nats.Msg) {
 	var req bus.InjectRequest
 	if err := bus.Decode(m.Data, &req); err != nil {
 		r.replyInject(m, &bus.InjectReply{V: bus.Version, Status: bus.StatusRejected, Error: teamster.AsError(err)})
 		return
 	}
+	if req.AttemptID == "" && req.SessionKey == "" {
+		r.replyInject(m, &bus.InjectReply{V: bus.Version, Status: bus.StatusRejected,
+			Error: teamster.Errorf(teamster.CodeInvalidRequest, "an inject names a sessionKey or an attemptId")})
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), submitTimeout)
 	defer cancel()
+	var worker string
+	var err error
 	if req.AttemptID == "" {
-		if req.SessionKey == "" {
-			r.replyInject(m, &bus.InjectReply{V: bus.Version, Status: bus.StatusRejected,
-				Error: teamster.Errorf(teamster.CodeInvalidRequest, "an inject names a sessionKey or an attemptId")})
-			return
-		}
-		l, err := r.store.LeaseOf(ctx, req.SessionKey)
-		switch {
-		case errors.Is(err, leases.ErrNotFound):
-			r.replyInject(m, &bus.InjectReply{V: bus.Version, Status: bus.StatusRejected,
-				Error: teamster.Errorf(teamster.CodeNoActiveRun, "no turn of the session is running")})
-			return
-		case err != nil:
-			r.log.Warn("inject: read the lease: " + err.Error())
-			r.replyInject(m, &bus.InjectReply{V: bus.Version, Status: bus.StatusRejected,
-				Error: teamster.Errorf(teamster.CodeInternal, "the fleet could not find the running turn")})
-			return
-		}
-		req.AttemptID = l.AttemptID
+		req.AttemptID, worker, err = r.runningTurn(ctx, req.SessionKey)
+	} else {
+		worker, err = r.runningWorker(ctx, req.AttemptID)
 	}
-	subj, err := bus.RunInjectSubject(req.AttemptID)
 	if err != nil {
-		r.replyInject(m, &bus.InjectReply{V: bus.Version, Status: bus.StatusRejected, Error: teamster.AsError(err)})
+		r.replyInject(m, &bus.InjectReply{V: bus.Version, Status: bus.StatusRejected, AttemptID: req.AttemptID, Error: teamster.AsError(err)})
 		return
 	}
 	body, err := encodeInject(&req)
@@ -59,22 +51,94 @@ func (r *Router) onInject(m *nats.Msg) {
 			Error: teamster.Errorf(teamster.CodeInternal, "the fleet could not forward the inject")})
 		return
 	}
-	rep, err := r.nc.RequestWithContext(ctx, subj, body)
-	switch {
-	case errors.Is(err, nats.ErrNoResponders):
-		r.replyInject(m, &bus.InjectReply{V: bus.Version, Status: bus.StatusRejected, AttemptID: req.AttemptID,
-			Error: teamster.Errorf(teamster.CodeNoActiveRun, "attempt %s is not running", req.AttemptID)})
-		return
-	case err != nil:
-		r.replyInject(m, &bus.InjectReply{V: bus.Version, Status: bus.StatusRejected, AttemptID: req.AttemptID,
-			Error: teamster.Errorf(teamster.CodeInternal, "the worker did not answer: %v", err)})
+	rep, err := r.relay(ctx, worker, req.AttemptID, "inject", body)
+	if err != nil {
+		r.replyInject(m, &bus.InjectReply{V: bus.Version, Status: bus.StatusRejected, AttemptID: req.AttemptID, Error: teamster.AsError(err)})
 		return
 	}
 	var ir bus.InjectReply
-	if err := bus.Decode(rep.Data, &ir); err == nil {
+	if err := bus.Decode(rep, &ir); err == nil {
 		r.countInject(&ir)
 	}
-	r.respond(m, rep.Data)
+	r.respond(m, rep)
+}
+
+// onRunRequest serves teamster.run.<attemptId>.inject and .cancel: it relays
+// the request, body unchanged, to the worker running the attempt (its
+// record names it) and the worker's answer back. An inject relayed here is
+// checked by the worker exactly as one through teamster.inject.
+func (r *Router) onRunRequest(m *nats.Msg) {
+	id, request, err := bus.RunOf(m.Subject)
+	if err != nil {
+		r.reply(m, bus.Rejected(err))
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), submitTimeout)
+	defer cancel()
+	worker, err := r.runningWorker(ctx, id)
+	if err == nil {
+		var rep []byte
+		if rep, err = r.relay(ctx, worker, id, request, m.Data); err == nil {
+			r.respond(m, rep)
+			return
+		}
+	}
+	if request == "inject" {
+		r.replyInject(m, &bus.InjectReply{V: bus.Version, Status: bus.StatusRejected, AttemptID: id, Error: teamster.AsError(err)})
+		return
+	}
+	r.reply(m, bus.Rejected(err))
+}
+
+// runningTurn returns the attempt and the worker of the session's running
+// turn, from its lease; no_active_run when it has none.
+func (r *Router) runningTurn(ctx context.Context, sessionKey string) (attemptID, worker string, err error) {
+	l, err := r.store.LeaseOf(ctx, sessionKey)
+	switch {
+	case errors.Is(err, leases.ErrNotFound):
+		return "", "", teamster.Errorf(teamster.CodeNoActiveRun, "no turn of the session is running")
+	case err != nil:
+		r.log.Warn("inject: read the lease: " + err.Error())
+		return "", "", teamster.Errorf(teamster.CodeInternal, "the fleet could not find the running turn")
+	}
+	return l.AttemptID, l.Holder, nil
+}
+
+// runningWorker returns the worker running attemptID, from its record;
+// no_active_run when it is not running (queued, finished, unknown).
+func (r *Router) runningWorker(ctx context.Context, attemptID string) (string, error) {
+	if err := bus.CheckID("attemptId", attemptID); err != nil {
+		return "", err
+	}
+	v, err := r.store.AttemptByID(ctx, attemptID)
+	switch {
+	case errors.Is(err, leases.ErrNotFound):
+		return "", teamster.Errorf(teamster.CodeNoActiveRun, "attempt %s is not running", attemptID)
+	case err != nil:
+		r.log.WithField("attempt", attemptID).Warn("run request: read the attempt: " + err.Error())
+		return "", teamster.Errorf(teamster.CodeInternal, "the fleet could not find the running turn")
+	case !v.Running() || v.WorkerID == "":
+		return "", teamster.Errorf(teamster.CodeNoActiveRun, "attempt %s is not running", attemptID)
+	}
+	return v.WorkerID, nil
+}
+
+// relay sends a run request to teamster.worker.<worker>.run.<attemptId>.<request>
+// and returns the worker's answer; no_active_run when that worker no longer
+// serves the attempt.
+func (r *Router) relay(ctx context.Context, worker, attemptID, request string, body []byte) ([]byte, error) {
+	subj, err := bus.WorkerRunSubject(worker, attemptID, request)
+	if err != nil {
+		return nil, err
+	}
+	rep, err := r.nc.RequestWithContext(ctx, subj, body)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return nil, teamster.Errorf(teamster.CodeNoActiveRun, "attempt %s is not running", attemptID)
+	case err != nil:
+		return nil, teamster.Errorf(teamster.CodeInternal, "the worker did not answer: %v", err)
+	}
+	return rep.Data, nil
 }
 
 // encodeInject encodes the request the router forwards to the run. It is a

@@ -12,6 +12,7 @@ import (
 	"github.com/teamster-fleet/teamster/bus"
 	"github.com/teamster-fleet/teamster/internal/backendtest"
 	"github.com/teamster-fleet/teamster/internal/testenv"
+	"github.com/teamster-fleet/teamster/leases"
 )
 
 // startRouter runs a router on a private NATS and redis-server; it stops
@@ -44,9 +45,25 @@ func TestInjectThatCannotBeForwardedIsAnswered(t *testing.T) {
 		return nil, errors.New("encoding failed (the test's)")
 	}
 	t.Cleanup(func() { encodeInject = encode })
-	b := startRouter(t)
+	b := backendtest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.NewRedis(t).Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	r, err := New(Params{NATS: b.NC, Redis: rdb, Logger: b.Log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	// The session has a running turn, a1 on w1 (its lease, as a worker's
+	// claim writes it), so the router gets as far as forwarding.
+	lease := "teamster:{" + leases.Tag("s1") + "}:lease"
+	if err := rdb.HSet(context.Background(), lease, "holder", "w1", "attempt", "a1", "fence", "e:1").Err(); err != nil {
+		t.Fatal(err)
+	}
 
-	body, err := bus.Encode(&bus.InjectRequest{V: bus.Version, AttemptID: "a1", Text: "steer", AuthorityKind: bus.AuthorityRun})
+	body, err := bus.Encode(&bus.InjectRequest{V: bus.Version, SessionKey: "s1", Text: "steer", AuthorityKind: bus.AuthorityRun})
 	if err != nil {
 		t.Fatal(err)
 	}

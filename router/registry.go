@@ -45,6 +45,9 @@ const staleAfter = 2*bus.HeartbeatInterval + time.Second
 type registryView struct {
 	kv  jetstream.KeyValue
 	log logrus.FieldLogger
+	// saw is told every valid entry the watch delivers (the consumers'
+	// maker); nil: nobody.
+	saw func(*bus.WorkerEntry)
 
 	// ctx ends when the view stops (cancel): the watches' contexts, and
 	// the guard's re-watches, derive from it.
@@ -76,8 +79,8 @@ type seenEntry struct {
 // errStopped says the view stopped while it was watching anew.
 var errStopped = errors.New("registry view stopped")
 
-func watchRegistry(ctx context.Context, kv jetstream.KeyValue, log logrus.FieldLogger) (*registryView, error) {
-	v := &registryView{kv: kv, log: log, workers: map[string]seenEntry{}}
+func watchRegistry(ctx context.Context, kv jetstream.KeyValue, log logrus.FieldLogger, saw func(*bus.WorkerEntry)) (*registryView, error) {
+	v := &registryView{kv: kv, log: log, saw: saw, workers: map[string]seenEntry{}}
 	v.ctx, v.cancel = context.WithCancel(context.Background())
 	if err := v.rewatch(ctx); err != nil {
 		v.stop()
@@ -114,7 +117,7 @@ func (v *registryView) rewatch(ctx context.Context) error {
 				return errWatchClosed
 			}
 			if u != nil {
-				apply(fresh, u, v.log)
+				v.apply(fresh, u)
 				continue
 			}
 			// Initial values done.
@@ -175,7 +178,7 @@ func (v *registryView) follow(w jetstream.KeyWatcher, gen int) {
 		}
 		v.mu.Lock()
 		if v.gen == gen {
-			apply(v.workers, u, v.log)
+			v.apply(v.workers, u)
 			v.lastMsg = time.Now()
 			v.set = nil
 		}
@@ -183,16 +186,19 @@ func (v *registryView) follow(w jetstream.KeyWatcher, gen int) {
 	}
 }
 
-func apply(m map[string]seenEntry, u jetstream.KeyValueEntry, log logrus.FieldLogger) {
+func (v *registryView) apply(m map[string]seenEntry, u jetstream.KeyValueEntry) {
 	switch u.Operation() {
 	case jetstream.KeyValuePut:
 		var e bus.WorkerEntry
 		if err := json.Unmarshal(u.Value(), &e); err != nil || e.Validate() != nil {
-			log.WithField("worker", u.Key()).Warn("ignoring an invalid registry entry")
+			v.log.WithField("worker", u.Key()).Warn("ignoring an invalid registry entry")
 			delete(m, u.Key())
 			return
 		}
 		m[u.Key()] = seenEntry{entry: e, seen: time.Now()}
+		if v.saw != nil {
+			v.saw(&e)
+		}
 	default:
 		delete(m, u.Key())
 	}

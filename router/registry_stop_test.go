@@ -65,7 +65,7 @@ func TestStopEndsARewatchInProgress(t *testing.T) {
 	log.SetLevel(logrus.DebugLevel)
 	rewatching := &signalHook{msg: "watching anew", fired: make(chan struct{})}
 	log.AddHook(rewatching)
-	v, err := watchRegistry(ctx, kv, log)
+	v, err := watchRegistry(ctx, kv, log, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,7 @@ func newRegistry(t *testing.T) (jetstream.KeyValue, *registryView) {
 	}
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	v, err := watchRegistry(ctx, kv, log)
+	v, err := watchRegistry(ctx, kv, log, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

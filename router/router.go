@@ -85,6 +85,8 @@ type Router struct {
 	reaper   *reaper
 	nodes    *nodeWatcher
 	beat     *heartbeat
+	// consumers makes the harnesses' consumers (consumers.go).
+	consumers *consumerMaker
 
 	mu       sync.Mutex
 	subs     []*nats.Subscription
@@ -164,13 +166,18 @@ func (r *Router) Start(ctx context.Context) error {
 	if err := r.store.Load(ctx); err != nil {
 		return fmt.Errorf("router: redis: %w", err)
 	}
-	r.registry, err = watchRegistry(ctx, kv, r.log)
+	r.consumers = newConsumerMaker(r.js, r.log)
+	r.registry, err = watchRegistry(ctx, kv, r.log, r.consumers.saw)
 	if err != nil {
 		return fmt.Errorf("router: registry: %w", err)
 	}
+	r.consumers.start()
 	for subject, h := range map[string]func(*nats.Msg){
 		bus.SubjectSubmit:          r.onSubmit,
 		bus.SubjectSubmitDelegates: r.onSubmitDelegate,
+		bus.SubjectSubmitGateways:  r.onSubmitGateway,
+		bus.SubjectRunInjects:      r.onRunRequest,
+		bus.SubjectRunCancels:      r.onRunRequest,
 		bus.SubjectSessionOps:      r.onSessionOp,
 		bus.SubjectInject:          r.onInject,
 		bus.SubjectSourceGrant:     r.onSourceGrant,
@@ -230,6 +237,9 @@ func (r *Router) Stop() {
 	}
 	if r.registry != nil {
 		r.registry.stop()
+	}
+	if r.consumers != nil {
+		r.consumers.stop()
 	}
 }
 

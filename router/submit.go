@@ -39,7 +39,21 @@ const SubmitPublishBudget = 20 * time.Second
 // is not answered at all, and the next try should not wait for it.
 const publishTry = 2 * time.Second
 
-func (r *Router) onSubmit(m *nats.Msg) { r.submit(m, "") }
+func (r *Router) onSubmit(m *nats.Msg) { r.submit(m, "", "") }
+
+// onSubmitGateway serves teamster.submit.gateway.<gatewayId>: an owner submit
+// whose gateway's identity is the subject's last token (NATS permissions let
+// each gateway publish only its own). The attempt's hostId, when it names
+// one, must be that gateway's: host callbacks then go only to the gateway
+// that submitted.
+func (r *Router) onSubmitGateway(m *nats.Msg) {
+	gateway, err := bus.GatewayFromSubject(m.Subject)
+	if err != nil {
+		r.replySubmit(m, &bus.SubmitReply{V: bus.Version, Status: bus.StatusRejected, Error: teamster.AsError(err)})
+		return
+	}
+	r.submit(m, "", gateway)
+}
 
 // onSubmitDelegate serves teamster.submit.delegate.<pluginId>: the delegate's
 // identity is the subject's last token, never anything in the body.
@@ -49,18 +63,22 @@ func (r *Router) onSubmitDelegate(m *nats.Msg) {
 		r.replySubmit(m, &bus.SubmitReply{V: bus.Version, Status: bus.StatusRejected, Error: teamster.AsError(err)})
 		return
 	}
-	r.submit(m, delegate)
+	r.submit(m, delegate, "")
 }
 
-// submit handles one submit (delegate is "" for the owner): validate, select,
+// submit handles one submit (delegate is "" for the owner; gateway is the
+// submitting gateway's id when its subject named one): validate, select,
 // record (reaper index, then record and order), publish with Nats-Msg-Id,
 // reply. Every refusal is a typed rejected reply that changed no state. An
 // attempt id is bound to the attempt first accepted under it (its digest): a
 // resubmit of that attempt is answered from its record, whatever selection
 // or the delegation check would say now, and a different attempt under the
 // id is refused.
-func (r *Router) submit(m *nats.Msg, delegate string) {
+func (r *Router) submit(m *nats.Msg, delegate, gateway string) {
 	a, err := bus.DecodeSubmit(m.Data)
+	if err == nil && gateway != "" && a.HostID != "" && a.HostID != gateway {
+		err = teamster.Errorf(teamster.CodeInvalidRequest, "hostId %q is not the submitting gateway's (%q): a gateway's attempts call back only its own host id", a.HostID, gateway)
+	}
 	if err != nil {
 		r.log.WithField("code", teamster.CodeOf(err)).Debug("submit rejected: " + err.Error())
 		r.replySubmit(m, &bus.SubmitReply{V: bus.Version, Status: bus.StatusRejected, Error: teamster.AsError(err)})

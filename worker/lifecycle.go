@@ -181,16 +181,15 @@ func (w *Worker) Start(ctx context.Context) error {
 const setupBudget = time.Minute
 
 func (w *Worker) start(ctx context.Context) error {
-	// Create what is missing, change nothing that exists: the routers own
-	// the streams' configuration, and a worker's credentials cannot update
-	// it (deploy/compose/nats-accounts.conf).
-	// A cluster still forming, or electing a stream's leader, does not
-	// answer in time: the setup is tried again for a while, logged.
-	warn := func(err error) { w.log.Warn("JetStream setup not done yet; trying again: " + err.Error()) }
+	// Find, never create: routers own JetStream's streams, buckets and
+	// consumers (docs/ARCHITECTURE.md, "Security"), and a worker's
+	// credentials allow only reading them. A worker started before any
+	// router, or a cluster still forming, waits for a while, logged.
+	warn := func(err error) { w.log.Warn("JetStream not ready for this worker yet; trying again: " + err.Error()) }
 	var kv jetstream.KeyValue
 	err := bus.RetryTransient(ctx, setupBudget, warn, func(ctx context.Context) error {
 		var err error
-		kv, err = bus.Ensure(ctx, w.js, w.streams)
+		kv, err = bus.Lookup(ctx, w.js)
 		return err
 	})
 	if err != nil {
@@ -202,22 +201,24 @@ func (w *Worker) start(ctx context.Context) error {
 	if err := w.store.Load(ctx); err != nil {
 		return fmt.Errorf("worker: redis: %w", err)
 	}
+	// The entry, still "starting" (no router selects its harnesses yet),
+	// tells the routers which consumers to create.
+	w.started = time.Now()
+	w.registry = newRegistry(registryParams{kv: kv, w: w, log: w.log})
+	if err := w.registry.put(ctx); err != nil {
+		return fmt.Errorf("worker: registry: %w", err)
+	}
 	for id, h := range w.harnesses {
 		err := bus.RetryTransient(ctx, setupBudget, warn, func(ctx context.Context) error {
 			var err error
-			h.consumer, err = bus.EnsureHarnessConsumer(ctx, w.js, id)
+			h.consumer, err = bus.HarnessConsumer(ctx, w.js, id)
 			return err
 		})
 		if err != nil {
 			return fmt.Errorf("worker: %w", err)
 		}
 	}
-	w.started = time.Now()
-	w.registry = newRegistry(registryParams{kv: kv, w: w, log: w.log})
 	w.keep.Start()
-	if err := w.registry.put(ctx); err != nil {
-		return fmt.Errorf("worker: registry: %w", err)
-	}
 	if err := w.subscribeControl(); err != nil {
 		return err
 	}

@@ -134,10 +134,11 @@ func diskAttempt(session, prompt string) *bus.Attempt {
 	return a
 }
 
-// stateObjects lists TEAMSTER_NATIVE_STATE's objects.
-func stateObjects(t *testing.T, f *fleettest.Fleet) []string {
+// stateObjects lists TEAMSTER_NATIVE_STATE's objects once it holds n
+// (testenv.StateObjectsSettled).
+func stateObjects(t *testing.T, f *fleettest.Fleet, n int) []string {
 	t.Helper()
-	return testenv.StateObjects(t, f.Connect("inspect-state"))
+	return testenv.StateObjectsSettled(t, f.Connect("inspect-state"), n)
 }
 
 func sessionRecord(t *testing.T, f *fleettest.Fleet, key string) *teamster.SessionRecord {
@@ -187,7 +188,7 @@ func TestNativeStateFollowsTheSession(t *testing.T) {
 	if rec := sessionRecord(t, f, key); rec.NativeState != want2 {
 		t.Fatalf("after turn 2 the record names %q, want %q", rec.NativeState, want2)
 	}
-	if names := stateObjects(t, f); len(names) != 1 || names[0] != want2 {
+	if names := stateObjects(t, f, 1); len(names) != 1 || names[0] != want2 {
 		t.Fatalf("objects %q, want only turn 2's %q (turn 1's deleted once turn 2 committed)", names, want2)
 	}
 
@@ -201,7 +202,7 @@ func TestNativeStateFollowsTheSession(t *testing.T) {
 	if rec := sessionRecord(t, f, key); rec.NativeState != want2 || !strings.Contains(rec.NativeBinding, `"turns":2`) {
 		t.Fatalf("after the failed save the record is %+v, want turn 2's binding and state", rec)
 	}
-	if names := stateObjects(t, f); len(names) != 1 || names[0] != want2 {
+	if names := stateObjects(t, f, 1); len(names) != 1 || names[0] != want2 {
 		t.Fatalf("objects %q after the failed save, want only %q", names, want2)
 	}
 
@@ -212,7 +213,7 @@ func TestNativeStateFollowsTheSession(t *testing.T) {
 	if rec := sessionRecord(t, f, key); rec.NativeState != "" || rec.NativeBinding != "" {
 		t.Fatalf("after the reset the record is %+v, want no binding and no state", rec)
 	}
-	if names := stateObjects(t, f); len(names) != 0 {
+	if names := stateObjects(t, f, 0); len(names) != 0 {
 		t.Fatalf("objects %q after the reset, want none", names)
 	}
 }
@@ -285,7 +286,7 @@ func TestAStaleTurnsStateIsNeverNamed(t *testing.T) {
 	if rec := sessionRecord(t, f, key); rec.NativeState != want1 || !strings.Contains(rec.NativeBinding, `"turns":1`) {
 		t.Fatalf("after the stale turn the record is %+v, want turn 1's binding and state %s", rec, want1)
 	}
-	if names := stateObjects(t, f); len(names) != 1 || names[0] != want1 {
+	if names := stateObjects(t, f, 1); len(names) != 1 || names[0] != want1 {
 		t.Fatalf("objects %q, want only turn 1's %s: the stale turn's upload was left", names, want1)
 	}
 }

@@ -39,7 +39,7 @@ type run struct {
 	// step is where the run is (advance).
 	step atomic.Int32
 
-	subs   runSubjects // run.go: teamster.run.<attemptId>.inject and .cancel
+	subs   runSubjects // run.go: teamster.worker.<workerId>.run.<attemptId>.inject and .cancel
 	events eventStream // turn_events.go: seq, reservation, the result event
 	usage  usageTotal  // turn_host.go: output tokens reported
 	inj    injections  // turn_inject.go: injected items in flight
@@ -116,26 +116,27 @@ func (r *run) retire() {
 	r.w.releaseSlot()
 }
 
-// runSubjects are a run's subscriptions to teamster.run.<attemptId>.inject
+// runSubjects are a run's subscriptions to teamster.worker.<workerId>.run.<attemptId>.inject
 // and .cancel.
 type runSubjects struct {
 	mu   sync.Mutex
 	subs []*nats.Subscription
 }
 
-// subscribe serves the run's subjects (teamster.run.<attemptId>.inject and
-// .cancel) while it runs, delivering into the worker's one run-message
+// subscribe serves the run's subjects
+// (teamster.worker.<workerId>.run.<attemptId>.inject and .cancel, where the
+// routers relay the gateways' requests) while it runs, delivering into the worker's one run-message
 // channel (no goroutine per subscription); dispatchRunMsgs routes the
 // messages to the run. Two literal subjects rather than one wildcard: the
 // server updates its subject cache for a literal subscription in one step,
 // for a wildcard by scanning the whole cache (measured at 1,024 sessions in
 // flight: 9% of the fleet's CPU went to that scan on SUB and UNSUB).
 func (r *run) subscribe() error {
-	inject, err := bus.RunInjectSubject(r.attempt.AttemptID)
+	inject, err := bus.WorkerRunSubject(r.w.cfg.WorkerID, r.attempt.AttemptID, "inject")
 	if err != nil {
 		return err
 	}
-	cancel, _ := bus.RunCancelSubject(r.attempt.AttemptID)
+	cancel, _ := bus.WorkerRunSubject(r.w.cfg.WorkerID, r.attempt.AttemptID, "cancel")
 	r.subs.mu.Lock()
 	defer r.subs.mu.Unlock()
 	for _, subj := range []string{inject, cancel} {
@@ -174,7 +175,7 @@ func (w *Worker) dispatchRunMsgs() {
 		case <-w.life.done:
 			return
 		}
-		rest, ok := strings.CutPrefix(m.Subject, "teamster.run.")
+		rest, ok := strings.CutPrefix(m.Subject, w.runPrefix)
 		id, op, ok2 := strings.Cut(rest, ".")
 		if !ok || !ok2 {
 			continue

@@ -16,7 +16,9 @@ import (
 )
 
 // The turn's injection (docs/PROTOCOL.md, "Injection"). A run serves
-// teamster.run.<attemptId>.inject while it runs. Each request becomes one
+// teamster.worker.<workerId>.run.<attemptId>.inject while it runs (the
+// routers relay teamster.inject and teamster.run.<attemptId>.inject to it).
+// Each request becomes one
 // item: the worker checks what it can before touching the harness
 // (source-bound input to a V1-only harness, a run that ended, a lease that is
 // no longer current), then builds the item's assertion and hands the text to
@@ -69,7 +71,7 @@ func (r *run) setInjector(h any) {
 	}
 }
 
-// onInject serves teamster.run.<attemptId>.inject.
+// onInject serves teamster.worker.<workerId>.run.<attemptId>.inject.
 func (r *run) onInject(m *nats.Msg) {
 	var req bus.InjectRequest
 	if err := bus.Decode(m.Data, &req); err != nil {

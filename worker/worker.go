@@ -97,11 +97,14 @@ type Worker struct {
 	started     time.Time
 	version     string
 
-	life    lifecycle
-	fetch   fetcher
-	runs    runSet
-	sources sourceLatches
-	control controlSubs
+	life  lifecycle
+	fetch fetcher
+	runs  runSet
+	// runPrefix is teamster.worker.<workerId>.run., the prefix of the run
+	// subjects the routers relay inject and cancel requests to.
+	runPrefix string
+	sources   sourceLatches
+	control   controlSubs
 
 	// runCtx is the parent of every run; Kill cancels it.
 	runCtx    context.Context
@@ -149,6 +152,7 @@ func New(p Params) (*Worker, error) {
 		life:      newLifecycle(),
 		fetch:     newFetcher(p.Config.Slots),
 		runs:      newRunSet(),
+		runPrefix: "teamster.worker." + p.Config.WorkerID + ".run.",
 	}
 	w.keep = leases.NewKeeper(leases.KeeperParams{
 		Store: w.store, Holder: w.id, TTL: p.Config.LeaseTTL(), Logger: log,

@@ -131,7 +131,7 @@ func TestNextTurnsResumeTheThread(t *testing.T) {
 	}
 	// The record names one state object, the last turn's; the objects of
 	// the turns before were deleted once their successors committed.
-	if names := f.stateObjects(); len(names) != 1 {
+	if names := f.stateObjects(1); len(names) != 1 {
 		t.Fatalf("objects in %s: %q, want the last turn's only", bus.BucketNativeState, names)
 	}
 	if f.trace.count("w1", "send", "thread/resume") != 1 || f.trace.count("w2", "send", "thread/resume") != 1 || f.trace.count("w2", "send", "thread/start") != 0 {

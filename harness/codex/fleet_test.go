@@ -482,8 +482,9 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// stateObjects are the names of the objects in TEAMSTER_NATIVE_STATE.
-func (f *fleet) stateObjects() []string {
+// stateObjects are the names of the objects in TEAMSTER_NATIVE_STATE once
+// it holds n (testenv.StateObjectsSettled).
+func (f *fleet) stateObjects(n int) []string {
 	f.t.Helper()
-	return testenv.StateObjects(f.t, f.connect("inspect"))
+	return testenv.StateObjectsSettled(f.t, f.connect("inspect"), n)
 }

@@ -86,6 +86,8 @@ type Common struct {
 	NATSCert  string
 	NATSKey   string
 	NATSNKey  string
+	// NATSInbox is the connection's inbox prefix ("": nats.go's _INBOX).
+	NATSInbox string
 	// Redis TLS beyond what a rediss:// URL carries.
 	RedisCA   string
 	RedisCert string
@@ -106,6 +108,7 @@ func AddCommon(fs *pflag.FlagSet, c *Common) {
 	fs.StringVar(&c.LogFormat, "log-format", Env(EnvLogFormat, "text"), "log format: text or json (env "+EnvLogFormat+")")
 	fs.StringVar(&c.NATSCreds, "nats-creds", Env("TEAMSTER_NATS_CREDS", ""), "NATS credentials file (JWT and NKey seed; env TEAMSTER_NATS_CREDS)")
 	fs.StringVar(&c.NATSNKey, "nats-nkey", Env("TEAMSTER_NATS_NKEY", ""), "NATS NKey seed file (env TEAMSTER_NATS_NKEY)")
+	fs.StringVar(&c.NATSInbox, "nats-inbox-prefix", Env("TEAMSTER_NATS_INBOX_PREFIX", ""), "prefix of every reply subject this process asks for (default _INBOX); a deployment with per-principal permissions gives each principal its own, _INBOX.<role>.<name> (env TEAMSTER_NATS_INBOX_PREFIX)")
 	fs.StringVar(&c.NATSCA, "nats-tls-ca", Env("TEAMSTER_NATS_TLS_CA", ""), "CA certificate(s) to verify the NATS server (PEM; env TEAMSTER_NATS_TLS_CA)")
 	fs.StringVar(&c.NATSCert, "nats-tls-cert", Env("TEAMSTER_NATS_TLS_CERT", ""), "client certificate for NATS mutual TLS (PEM; env TEAMSTER_NATS_TLS_CERT)")
 	fs.StringVar(&c.NATSKey, "nats-tls-key", Env("TEAMSTER_NATS_TLS_KEY", ""), "client key for NATS mutual TLS (PEM; env TEAMSTER_NATS_TLS_KEY)")
@@ -123,6 +126,9 @@ func (c *Common) natsAuth() ([]nats.Option, error) {
 			return nil, fmt.Errorf("--nats-nkey: %w", err)
 		}
 		opts = append(opts, o)
+	}
+	if c.NATSInbox != "" {
+		opts = append(opts, nats.CustomInboxPrefix(c.NATSInbox))
 	}
 	if c.NATSCA != "" {
 		opts = append(opts, nats.RootCAs(c.NATSCA))

@@ -222,7 +222,8 @@ func (hf *hostileFleet) catalogue() []hostileCase {
 		}
 	}
 
-	// teamster.run.<attemptId>.inject: straight to the worker running it.
+	// teamster.run.<attemptId>.inject: the routers relay it to the worker
+	// running the attempt; one that is not running is no_active_run.
 	{
 		const g = "teamster.run.<attemptId>.inject"
 		subj, _ := bus.RunInjectSubject(v2)
@@ -261,9 +262,9 @@ func (hf *hostileFleet) catalogue() []hostileCase {
 			{"unicode-heavy text, never granted", subj, inj(fmt.Sprintf(`"text":%q,"authorityKind":"source-bound","source":{"id":"src-never","generation":1}`, unicodeText)), revoked},
 			{"text just under 1 MiB, never granted", subj, padTo(`{"v":1,"authorityKind":"source-bound","source":{"id":"src-never","generation":1},"text":"`+repeat("t", bus.MaxBody-300)+`"}`, bus.MaxBody), revoked},
 			{"source-bound to the V1 run", v1subj, bound("src-granted", "3"), rejectedWith(teamster.CodeInjectionRequiresV2)},
-			{"an attempt nobody runs", "teamster.run.01HOSTILE0000000000000000.inject", inj(`"text":"hostile","authorityKind":"run"`), noResponders},
-			{"the finished attempt", "teamster.run." + hf.finishedAttempt + ".inject", inj(`"text":"hostile","authorityKind":"run"`), noResponders},
-			{"attemptId * (literal)", "teamster.run.*.inject", inj(`"text":"hostile","authorityKind":"run"`), noResponders},
+			{"an attempt nobody runs", "teamster.run.01HOSTILE0000000000000000.inject", inj(`"text":"hostile","authorityKind":"run"`), rejectedWith(teamster.CodeNoActiveRun)},
+			{"the finished attempt", "teamster.run." + hf.finishedAttempt + ".inject", inj(`"text":"hostile","authorityKind":"run"`), rejectedWith(teamster.CodeNoActiveRun)},
+			{"attemptId * (literal)", "teamster.run.*.inject", inj(`"text":"hostile","authorityKind":"run"`), invalid},
 			{"teamster.run.> (literal)", "teamster.run.>", inj(`"text":"hostile","authorityKind":"run"`), noResponders},
 			{"an extra token", subj + ".x", inj(`"text":"hostile","authorityKind":"run"`), noResponders},
 		} {
@@ -289,9 +290,9 @@ func (hf *hostileFleet) catalogue() []hostileCase {
 			{"reason a number", subj, []byte(`{"v":1,"reason":5}`), invalid},
 			{"reason an object", subj, []byte(`{"v":1,"reason":{}}`), invalid},
 			{"v 2 with a reason", subj, []byte(`{"v":2,"reason":"stop"}`), invalid},
-			{"an attempt nobody runs", "teamster.run.01HOSTILE0000000000000000.cancel", []byte(`{"v":1}`), noResponders},
-			{"the finished attempt", "teamster.run." + hf.finishedAttempt + ".cancel", []byte(`{"v":1}`), noResponders},
-			{"attemptId * (literal)", "teamster.run.*.cancel", []byte(`{"v":1}`), noResponders},
+			{"an attempt nobody runs", "teamster.run.01HOSTILE0000000000000000.cancel", []byte(`{"v":1}`), rejectedWith(teamster.CodeNoActiveRun)},
+			{"the finished attempt", "teamster.run." + hf.finishedAttempt + ".cancel", []byte(`{"v":1}`), rejectedWith(teamster.CodeNoActiveRun)},
+			{"attemptId * (literal)", "teamster.run.*.cancel", []byte(`{"v":1}`), invalid},
 			{"teamster.run.> (literal)", "teamster.run.>", []byte(`{"v":1}`), noResponders},
 			{"an extra token", subj + ".x", []byte(`{"v":1}`), noResponders},
 		} {

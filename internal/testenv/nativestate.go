@@ -37,3 +37,19 @@ func StateObjects(t testing.TB, nc *nats.Conn) []string {
 	slices.Sort(names)
 	return names
 }
+
+// StateObjectsSettled is StateObjects once the store holds n objects, or
+// after 10 s, whichever comes first: a worker deletes the object a turn
+// replaced after it delivered the turn's result, so a listing made right
+// after the result may still show it. The caller asserts on what it returns.
+func StateObjectsSettled(t testing.TB, nc *nats.Conn, n int) []string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		names := StateObjects(t, nc)
+		if len(names) == n || time.Now().After(deadline) {
+			return names
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
