@@ -16,7 +16,7 @@ LDFLAGS   := -X github.com/teamster-fleet/teamster/internal/cmdutil.version=$(VE
 RACE_PKGS ?= ./...
 GOTESTFLAGS ?=
 
-.PHONY: all deps deps-core deps-redis demo-build build test test-short lint fmt vet demo bench chaos fuzz clean
+.PHONY: all deps deps-core deps-redis demo-build compose-credentials build test test-short lint fmt vet demo bench chaos fuzz clean
 
 all: build
 
@@ -102,6 +102,12 @@ demo:
 demo-build:
 	@mkdir -p $(BIN)/demo
 	$(GO) build -gcflags=all=-l -ldflags "$(LDFLAGS)" -o $(BIN)/demo/ ./cmd/teamster
+
+## compose-credentials: the secrets of deploy/compose's deployment (NKeys
+## and NATS permissions, TLS certificates, Redis ACL users), generated into
+## the git-ignored deploy/compose/secrets/; run again to add what is new.
+compose-credentials:
+	$(GO) run ./cmd/teamster credentials --dir deploy/compose/secrets
 
 ## bench: teamster against the physical floor of its own hops (a table on
 ## stdout and bench/results.json), then the hot-function benchmarks with

@@ -20,6 +20,7 @@ import (
 func submitCmd(common *cmdutil.Common) *cobra.Command {
 	var (
 		file    string
+		gateway string
 		follow  bool
 		asJSON  bool
 		timeout time.Duration
@@ -28,7 +29,8 @@ func submitCmd(common *cmdutil.Common) *cobra.Command {
 		Use:   "submit -f attempt.json [--follow]",
 		Short: "Submit a prepared attempt",
 		Long: `submit sends a prepared attempt (a JSON file in the envelope of docs/PROTOCOL.md; "-"
-reads standard input) to teamster.submit and prints the router's reply: the
+reads standard input) to teamster.submit (teamster.submit.gateway.<ID> with
+--gateway ID) and prints the router's reply: the
 attempt id and the harness selection. With --follow it then streams the
 attempt's events (a progress line on a terminal) and prints its result.
 
@@ -61,7 +63,12 @@ cancelled).`,
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
 			out := cmd.OutOrStdout()
-			h, err := c.Submit(ctx, a)
+			var h *client.Handle
+			if gateway != "" {
+				h, err = c.SubmitAsGateway(ctx, gateway, a)
+			} else {
+				h, err = c.Submit(ctx, a)
+			}
 			// A rejection has no handle; its error carries the reply.
 			var reply *bus.SubmitReply
 			var rejected *client.RejectedError
@@ -89,6 +96,7 @@ cancelled).`,
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "prepared attempt JSON file (- for standard input)")
+	cmd.Flags().StringVar(&gateway, "gateway", "", "submit as gateway ID, on teamster.submit.gateway.<ID> (what per-principal NATS permissions require; the attempt's hostId defaults to ID)")
 	cmd.Flags().BoolVar(&follow, "follow", false, "stream the attempt's events and wait for its result")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the reply, events and result as JSON lines")
 	_ = cmd.Flags().MarkHidden("json") // -o json says it for every command

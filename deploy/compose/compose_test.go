@@ -1,6 +1,7 @@
 package compose
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net/url"
@@ -18,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/teamster-fleet/teamster/bus"
+	"github.com/teamster-fleet/teamster/internal/credentials"
 	"github.com/teamster-fleet/teamster/selection"
 	"github.com/teamster-fleet/teamster/worker"
 )
@@ -64,16 +66,24 @@ func TestComposeServices(t *testing.T) {
 
 // TestComposeReferencesExist checks every file and directory compose.yaml
 // names: build contexts and Dockerfiles, bind mounts, env files; and that
-// named volumes and depends_on targets are declared.
+// named volumes and depends_on targets are declared. A file under
+// ./secrets/ must be one that `teamster credentials` generates.
 func TestComposeReferencesExist(t *testing.T) {
 	c := loadCompose(t)
+	_, creds := generated(t, nodeConfig)
+	generatedRoot := filepath.Dir(creds.NATSAuth) // <dir>/secrets/nats
+	generatedRoot = filepath.Dir(filepath.Dir(generatedRoot))
 	exists := func(what, p string, dir bool) {
 		t.Helper()
 		if filepath.IsAbs(p) || strings.HasPrefix(p, "~") {
 			t.Errorf("%s %q: an absolute path is not portable; use a path relative to deploy/compose", what, p)
 			return
 		}
-		fi, err := os.Stat(p)
+		local := p
+		if clean := filepath.Clean(p); strings.HasPrefix(clean, "secrets"+string(filepath.Separator)) {
+			local = filepath.Join(generatedRoot, clean)
+		}
+		fi, err := os.Stat(local)
 		switch {
 		case err != nil:
 			t.Errorf("%s %q: %v", what, p, err)
@@ -117,6 +127,9 @@ func TestComposeReferencesExist(t *testing.T) {
 
 var includeRe = regexp.MustCompile(`(?m)^\s*include\s+["']?([^"'\s;]+)`)
 
+// secretPathRe finds the files a node config names under secretsMount.
+var secretPathRe = regexp.MustCompile(`/etc/nats/secrets/[^"'\s]+`)
+
 // TestComposeNATSNodes loads each node's config as its container would see
 // it: the config file named on the command line must be mounted, and so must
 // every file it includes, next to it.
@@ -154,7 +167,16 @@ func TestComposeNATSNodes(t *testing.T) {
 				t.Errorf("%s: %s is mounted from %s, want %s", name, target, src, filepath.Join(filepath.Dir(local), m[1]))
 			}
 		}
-
+		// Every file the config names under the secrets mount is mounted
+		// from the generated directory.
+		for _, m := range secretPathRe.FindAllString(string(b), -1) {
+			want := filepath.Join("secrets", strings.TrimPrefix(m, secretsMount+"/"))
+			if src, ok := s.mountOf(m); !ok || filepath.Clean(src) != want {
+				t.Errorf("%s: %s names %s, mounted from %q, want %s", name, local, m, src, want)
+			}
+		}
+		// Loaded with this test's generated secrets in their place.
+		local, _ = generated(t, local)
 		o, err := server.ProcessConfigFile(local)
 		if err != nil {
 			t.Errorf("%s: %s does not load: %v", name, local, err)
@@ -176,15 +198,15 @@ func TestComposeNATSNodes(t *testing.T) {
 		if o.Cluster.Name != "teamster" || o.Cluster.Port == 0 {
 			t.Errorf("%s: cluster %q on port %d", name, o.Cluster.Name, o.Cluster.Port)
 		}
-		if o.Cluster.Username == "" || o.Cluster.Password == "" {
-			t.Errorf("%s: cluster routes are not authenticated", name)
+		if o.Cluster.TLSConfig == nil || o.Cluster.TLSConfig.ClientAuth != tls.RequireAndVerifyClientCert {
+			t.Errorf("%s: cluster routes do not authenticate by certificate (tls with verify: true)", name)
+		}
+		if o.TLSConfig == nil {
+			t.Errorf("%s: clients connect without TLS", name)
 		}
 		var hosts []string
 		for _, r := range o.Routes {
 			hosts = append(hosts, r.Hostname())
-			if pw, _ := r.User.Password(); r.User.Username() != o.Cluster.Username || pw != o.Cluster.Password {
-				t.Errorf("%s: route %s does not carry the cluster's credentials", name, r.Redacted())
-			}
 			if r.Port() != fmt.Sprint(o.Cluster.Port) {
 				t.Errorf("%s: route %s is not on the cluster port %d", name, r.Redacted(), o.Cluster.Port)
 			}
@@ -197,6 +219,16 @@ func TestComposeNATSNodes(t *testing.T) {
 			t.Errorf("%s: no healthcheck (routers and workers wait for service_healthy)", name)
 		}
 	}
+}
+
+// mustMount is the local file mounted at target in svc ("" when none).
+func mustMount(t *testing.T, svc *composeService, target string) string {
+	t.Helper()
+	local, ok := svc.mountOf(target)
+	if !ok {
+		t.Errorf("nothing is mounted at %s", target)
+	}
+	return local
 }
 
 // onVolume says whether dir lies on a named volume of s.
@@ -232,7 +264,13 @@ func TestComposeDaemons(t *testing.T) {
 					t.Errorf("%s: depends_on %s %q, want service_healthy", name, dep, cond)
 				}
 			}
-			checkNATSURL(t, s, name, role, env["TEAMSTER_NATS_URL"], natsNodes)
+			id := env["TEAMSTER_ROUTER_ID"]
+			if role == "worker" {
+				if cfg, err := worker.LoadConfig(mustMount(t, svc, env["TEAMSTER_WORKER_CONFIG"])); err == nil {
+					id = cfg.WorkerID
+				}
+			}
+			checkNATSURL(t, s, svc, name, role, id, natsNodes)
 			if mode := env["TEAMSTER_REDIS_MODE"]; mode != "sentinel" {
 				t.Errorf("%s: TEAMSTER_REDIS_MODE %q, want sentinel", name, mode)
 			}
@@ -278,8 +316,14 @@ func TestComposeDaemons(t *testing.T) {
 	}
 }
 
-func checkNATSURL(t *testing.T, s *server.Server, service, role, urls string, nodes []string) {
+// checkNATSURL checks a daemon's NATS settings: TLS URLs naming every node,
+// no credentials in them, its own principal's NKey mounted (and only it),
+// the deployment's CA, its own inbox prefix; and that those credentials log
+// in to the shipped node config.
+func checkNATSURL(t *testing.T, s *shipped, svc *composeService, service, role, name string, nodes []string) {
 	t.Helper()
+	env := svc.Environment
+	urls := env["TEAMSTER_NATS_URL"]
 	if urls == "" {
 		t.Errorf("%s: no TEAMSTER_NATS_URL", service)
 		return
@@ -292,26 +336,40 @@ func checkNATSURL(t *testing.T, s *server.Server, service, role, urls string, no
 			continue
 		}
 		hosts = append(hosts, u.Hostname())
-		if u.Scheme != "nats" && u.Scheme != "tls" {
-			t.Errorf("%s: %s: scheme %q, want nats or tls", service, u.Redacted(), u.Scheme)
+		if u.Scheme != "tls" {
+			t.Errorf("%s: %s: scheme %q, want tls", service, u.Redacted(), u.Scheme)
 		}
-		pw, _ := u.User.Password()
-		if u.User.Username() != role {
-			t.Errorf("%s: %s logs in as %q, want principal %q", service, u.Redacted(), u.User.Username(), role)
-			continue
+		if u.User != nil {
+			t.Errorf("%s: %s carries credentials; the NKey file is the login", service, u.Redacted())
 		}
-		// The credentials in the URL must log in to the shipped accounts.
-		nc, err := nats.Connect(clientURL(s), nats.UserInfo(u.User.Username(), pw), nats.MaxReconnects(0))
-		if err != nil {
-			t.Errorf("%s: the credentials of %s do not log in to %s: %v", service, u.Redacted(), accountsConfig, err)
-			continue
-		}
-		nc.Close()
 	}
 	sort.Strings(hosts)
 	if d := cmp.Diff(nodes, hosts); d != "" {
 		t.Errorf("%s: TEAMSTER_NATS_URL hosts (-nats services +hosts):\n%s", service, d)
 	}
+	p := credentials.Principal{Role: role, Name: name}
+	seed, ok := svc.mountOf(env["TEAMSTER_NATS_NKEY"])
+	if want := filepath.Join("secrets", "nats", p.ID()+".nk"); !ok || filepath.Clean(seed) != want {
+		t.Errorf("%s: TEAMSTER_NATS_NKEY %q is mounted from %q, want %s", service, env["TEAMSTER_NATS_NKEY"], seed, want)
+	}
+	if ca, ok := svc.mountOf(env["TEAMSTER_NATS_TLS_CA"]); !ok || filepath.Clean(ca) != filepath.Join("secrets", "tls", "ca.pem") {
+		t.Errorf("%s: TEAMSTER_NATS_TLS_CA %q is mounted from %q, want secrets/tls/ca.pem", service, env["TEAMSTER_NATS_TLS_CA"], ca)
+	}
+	for _, m := range svc.Volumes {
+		if strings.HasPrefix(filepath.Clean(m.Source), filepath.Join("secrets", "nats")) && filepath.Base(m.Source) != p.ID()+".nk" {
+			t.Errorf("%s: mounts another principal's secret %s", service, m.Source)
+		}
+	}
+	if got := env["TEAMSTER_NATS_INBOX_PREFIX"]; got != p.InboxPrefix() {
+		t.Errorf("%s: TEAMSTER_NATS_INBOX_PREFIX %q, want %q", service, got, p.InboxPrefix())
+	}
+	// The generated credentials of that principal log in.
+	nc, err := nats.Connect(clientURL(s), connectOpts(t, s, p.ID())...)
+	if err != nil {
+		t.Errorf("%s: principal %s does not log in: %v", service, p.ID(), err)
+		return
+	}
+	nc.Close()
 }
 
 // TestWorkerConfigs checks every worker-*.json here: JSON, a valid worker

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/teamster-fleet/teamster"
 	"github.com/teamster-fleet/teamster/bus"
 	"github.com/teamster-fleet/teamster/client"
+	"github.com/teamster-fleet/teamster/internal/credentials"
 	"github.com/teamster-fleet/teamster/internal/testenv"
 	"github.com/teamster-fleet/teamster/router"
 	"github.com/teamster-fleet/teamster/selection"
@@ -32,7 +34,7 @@ import (
 func TestFleetUnderShippedPermissions(t *testing.T) {
 	for _, v2 := range []bool{false, true} {
 		t.Run(fmt.Sprintf("ack_v2=%t", v2), func(t *testing.T) {
-			s := startShipped(t, func(o *server.Options) {
+			s := startShipped(t, func(o *server.Options, _ *credentials.Layout) {
 				o.FeatureFlags = map[string]bool{"js_ack_fc_v2": v2}
 			})
 			runFleet(t, s)
@@ -40,7 +42,7 @@ func TestFleetUnderShippedPermissions(t *testing.T) {
 	}
 }
 
-func runFleet(t *testing.T, s *server.Server) {
+func runFleet(t *testing.T, s *shipped) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*waitFor)
 	defer cancel()
 	rd := testenv.NewRedis(t)
@@ -53,7 +55,7 @@ func runFleet(t *testing.T, s *server.Server) {
 	log.SetOutput(io.Discard)
 
 	// The router, reaping every 100ms so the queue_timeout below is quick.
-	rp := login(t, s, "router")
+	rp := login(t, s, router1)
 	r, err := router.New(router.Params{NATS: rp.nc, Redis: newRedis(), Logger: log, ReaperInterval: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +72,7 @@ func runFleet(t *testing.T, s *server.Server) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		wp := login(t, s, "worker")
+		wp := login(t, s, "worker-"+cfg.WorkerID)
 		w, err := worker.New(worker.Params{Config: cfg, NATS: wp.nc, Redis: newRedis(), Logger: log})
 		if err != nil {
 			t.Fatal(err)
@@ -90,9 +92,13 @@ func runFleet(t *testing.T, s *server.Server) {
 	}
 	waitUntil(t, "the router sees both workers' harnesses", func() bool { return len(r.Manifests()) >= 4 })
 
-	// The gateway answers host callbacks for hostId gw1.
-	gw := login(t, s, "gateway")
-	if _, err := gw.nc.Subscribe("teamster.host.gw1.>", func(m *nats.Msg) {
+	// Gateway 2 listens everywhere it may, and must hear nothing of
+	// gateway 1's attempts (checked at the end).
+	spy := listenEverywhere(t, s, gateway2)
+
+	// The gateway answers host callbacks for its hostId, gateway-1.
+	gw := login(t, s, gateway1)
+	if _, err := gw.nc.Subscribe("teamster.host.gateway-1.>", func(m *nats.Msg) {
 		_ = m.Respond([]byte(`{"v":1,"status":"ok","result":{"answer":42}}`))
 	}); err != nil {
 		t.Fatal(err)
@@ -104,7 +110,7 @@ func runFleet(t *testing.T, s *server.Server) {
 
 	// An ok turn with a host tool call and usage: events to the gateway's
 	// inbox, the durable result, the host callback round trip.
-	h := submit(ctx, t, c, attempt("fleet:ok", `{"script":[{"say":"hi"},{"tool":{"name":"lookup","args":{}}},{"usage":3}]}`))
+	h := submit(ctx, t, c, attempt("fleet:ok", `{"script":[{"say":"hi `+secret+`"},{"tool":{"name":"lookup","args":{"q":"`+secret+`"}}},{"usage":3}]}`))
 	res := waitResult(ctx, t, h)
 	if res.Status != teamster.StatusOK || !strings.Contains(strings.Join(res.AssistantTexts, ""), "42") {
 		t.Errorf("ok turn: %+v", res)
@@ -126,7 +132,7 @@ func runFleet(t *testing.T, s *server.Server) {
 	// Injection and source authority go through the routers; whether or not
 	// a router serves those subjects yet, the bus must let them through.
 	for subj, body := range map[string]string{
-		bus.SubjectInject:      `{"v":1,"sessionKey":"fleet:long","text":"also this","authorityKind":"run"}`,
+		bus.SubjectInject:      `{"v":1,"sessionKey":"fleet:long","text":"also this ` + secret + `","authorityKind":"run"}`,
 		bus.SubjectSourceGrant: `{"v":1,"id":"src-1","generation":1}`,
 	} {
 		if _, err := gw.nc.RequestWithContext(ctx, subj, []byte(body)); err != nil && !errors.Is(err, nats.ErrNoResponders) {
@@ -151,7 +157,7 @@ func runFleet(t *testing.T, s *server.Server) {
 		t.Errorf("the gateway creates a session: %v", err)
 	}
 	voice.AgentHarnessID, voice.AgentHarnessRuntimeOverride, voice.ModelSelectionLocked = "codex", "codex", true
-	dp := login(t, s, "delegate-voice-call")
+	dp := login(t, s, delegate)
 	dc, err := client.New(dp.nc)
 	if err != nil {
 		t.Fatal(err)
@@ -176,7 +182,7 @@ func runFleet(t *testing.T, s *server.Server) {
 
 	// The operator reads the registry and a result, and asks a worker for
 	// its status.
-	op := login(t, s, "operator")
+	op := login(t, s, operator)
 	ojs, err := jetstream.New(op.nc)
 	if err != nil {
 		t.Fatal(err)
@@ -217,7 +223,71 @@ func runFleet(t *testing.T, s *server.Server) {
 		t.Errorf("worker-1 status: %s, %v", m.Data, err)
 	}
 
+	// A gateway cannot have another gateway's host answer its attempts'
+	// callbacks: the router refuses a hostId that is not the submitter's.
+	g2, err := client.New(spy.p.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g2.SubmitAsGateway(ctx, "gateway-2", attempt("fleet:forged", "call gateway-1's host")); teamster.CodeOf(err) != teamster.CodeInvalidRequest {
+		t.Errorf("gateway-2 submits with gateway-1's hostId: %v, want invalid_request", err)
+	}
+
 	noViolations(t, append([]*principal{rp, gw, dp, op}, workers...)...)
+	spy.heardNothingOf(t, secret)
+}
+
+// secret marks gateway-1's prompts, tool arguments and steering; no byte of
+// it may reach gateway-2.
+const secret = "gateway-1-only-5b0c9e"
+
+// spy is a principal subscribed everywhere its permissions let it.
+type spy struct {
+	p    *principal
+	mu   sync.Mutex
+	seen [][]byte
+}
+
+// listenEverywhere logs in as user and subscribes to every subject its
+// role may: its inbox and its host callbacks.
+func listenEverywhere(t *testing.T, s *shipped, user string) *spy {
+	t.Helper()
+	sp := &spy{p: login(t, s, user)}
+	p := principalOf(t, user)
+	for _, subj := range []string{p.InboxPrefix() + ".>", "teamster.host." + p.Name + ".>"} {
+		if _, err := sp.p.nc.Subscribe(subj, func(m *nats.Msg) {
+			b := append([]byte(m.Subject+" "+m.Reply+" "), m.Data...)
+			for k, vs := range m.Header {
+				b = append(b, []byte(" "+k+"="+strings.Join(vs, ","))...)
+			}
+			sp.mu.Lock()
+			sp.seen = append(sp.seen, b)
+			sp.mu.Unlock()
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return sp
+}
+
+// heardNothingOf fails when any message the spy received holds marker, or
+// when it received nothing at all (then it was not listening).
+func (sp *spy) heardNothingOf(t *testing.T, marker string) {
+	t.Helper()
+	if err := sp.p.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	if len(sp.seen) == 0 {
+		t.Errorf("%s heard nothing, not even the replies to its own requests", sp.p.user)
+	}
+	for _, b := range sp.seen {
+		if strings.Contains(string(b), marker) {
+			t.Errorf("%s heard another gateway's traffic: %q", sp.p.user, b)
+		}
+	}
+	noViolations(t, sp.p)
 }
 
 // attempt is a prepared attempt that auto selection sends to the scripted
@@ -225,7 +295,7 @@ func runFleet(t *testing.T, s *server.Server) {
 func attempt(session, prompt string) *bus.Attempt {
 	return &bus.Attempt{
 		V: bus.Version, AgentID: "main", SessionKey: session, SessionID: "sid-" + session, StorePath: "/var/openclaw/" + session,
-		Provider: "openai", ModelID: "gpt-5.6-sol", HostID: "gw1",
+		Provider: "openai", ModelID: "gpt-5.6-sol", HostID: "gateway-1",
 		ModelProvider: &selection.Route{RuntimePolicy: &selection.RuntimePolicy{CompatibleIDs: []string{"codex"}}, RequestTransportOverrides: "none"},
 		Prompt:        prompt,
 	}
@@ -233,7 +303,7 @@ func attempt(session, prompt string) *bus.Attempt {
 
 func submit(ctx context.Context, t *testing.T, c *client.Client, a *bus.Attempt) *client.Handle {
 	t.Helper()
-	h, err := c.Submit(ctx, a)
+	h, err := c.SubmitAsGateway(ctx, a.HostID, a)
 	if err != nil {
 		t.Fatalf("submit %s: %v", a.SessionKey, err)
 	}
@@ -282,31 +352,51 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 }
 
 // TestWorkerStartsFirst: compose starts routers and workers together, so a
-// worker may be first to reach NATS. Its principal must then be able to
-// create the streams, the bucket and its consumers itself.
+// worker may be first to reach NATS. It creates nothing (its principal may
+// not): it waits, and starts once a router has set JetStream up and made its
+// harnesses' consumers.
 func TestWorkerStartsFirst(t *testing.T) {
 	s := startShipped(t)
 	rd := testenv.NewRedis(t)
-	rdb := redis.NewClient(&redis.Options{Addr: rd.Addr()})
-	t.Cleanup(func() { rdb.Close() })
+	newRedis := func() *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: rd.Addr()})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
 	log := logrus.New()
 	log.SetOutput(io.Discard)
 	cfg, err := worker.LoadConfig("worker-3.json")
 	if err != nil {
 		t.Fatal(err)
 	}
-	wp := login(t, s, "worker")
-	w, err := worker.New(worker.Params{Config: cfg, NATS: wp.nc, Redis: rdb, Logger: log})
+	wp := login(t, s, "worker-"+cfg.WorkerID)
+	w, err := worker.New(worker.Params{Config: cfg, NATS: wp.nc, Redis: newRedis(), Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*waitFor)
 	defer cancel()
-	if err := w.Start(ctx); err != nil {
-		t.Fatalf("a worker starting before any router: %v", err)
+	started := make(chan error, 1)
+	go func() { started <- w.Start(ctx) }()
+	select {
+	case err := <-started:
+		t.Fatalf("the worker started with no router (%v): it cannot have found its streams", err)
+	case <-time.After(time.Second):
+	}
+	rp := login(t, s, router1)
+	r, err := router.New(router.Params{NATS: rp.nc, Redis: newRedis(), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	if err := <-started; err != nil {
+		t.Fatalf("a worker started before any router: %v", err)
 	}
 	if err := w.Drain(ctx); err != nil {
 		t.Errorf("drain: %v", err)
 	}
-	noViolations(t, wp)
+	noViolations(t, wp, rp)
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,43 +14,79 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+
+	"github.com/teamster-fleet/teamster/internal/credentials"
 )
 
 // The shipped files, relative to this directory (tests run in it).
 const (
-	nodeConfig     = "nats-1.conf"
-	accountsConfig = "nats-accounts.conf"
-	composeFile    = "compose.yaml"
-	repoRoot       = "../.."
+	nodeConfig  = "nats-1.conf"
+	composeFile = "compose.yaml"
+	repoRoot    = "../.."
+	// secretsMount is where compose mounts the generated secrets in a NATS
+	// container; the tests put their own generated directory there.
+	secretsMount = "/etc/nats/secrets"
 )
 
-// The development passwords of nats-accounts.conf. The compose test checks
-// that compose.yaml's URLs carry the same ones.
-var passwords = map[string]string{
-	"gateway":             "dev-gateway-password-CHANGE-ME",
-	"delegate-voice-call": "dev-delegate-voice-call-password-CHANGE-ME",
-	"router":              "dev-router-password-CHANGE-ME",
-	"worker":              "dev-worker-password-CHANGE-ME",
-	"operator":            "dev-operator-password-CHANGE-ME",
+// testSpec is the compose deployment plus a second gateway, added the way
+// the README says to add one: the tests need two gateways to show that
+// neither sees the other's traffic.
+func testSpec() credentials.Spec {
+	s := credentials.ComposeSpec()
+	s.Gateways = append(s.Gateways, "gateway-2")
+	return s
 }
 
 // waitFor bounds every wait in these tests: a liveness bound, not a timing
 // assertion.
 const waitFor = 30 * time.Second
 
-// loadNodeOptions loads a shipped node config (and through its include, the
-// shipped accounts and permissions) and makes it runnable in a test: a random
-// loopback port, the store in a temp dir, no cluster, no monitoring port.
-// Everything else, in particular the accounts, users and permissions, is
-// exactly what the file says.
+// shipped is a NATS server running a shipped node config with credentials
+// generated for the test, and where they are.
+type shipped struct {
+	*server.Server
+	creds *credentials.Layout
+}
+
+// generated generates the test deployment's credentials into a temp dir
+// laid out as compose mounts it (<dir>/secrets), and copies the shipped node
+// config beside it, its secrets paths pointing there. It returns the copy.
+func generated(t testing.TB, node string) (string, *credentials.Layout) {
+	t.Helper()
+	dir := t.TempDir()
+	l, err := credentials.Generate(filepath.Join(dir, "secrets"), testSpec())
+	if err != nil {
+		t.Fatalf("teamster credentials: %v", err)
+	}
+	conf, err := os.ReadFile(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, filepath.Base(node))
+	body := strings.ReplaceAll(string(conf), secretsMount, filepath.Join(dir, "secrets"))
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path, l
+}
+
+// loadNodeOptions loads a node config (and through its include, the
+// generated accounts and permissions) and makes it runnable in a test: a
+// random loopback port, the store in a temp dir, no cluster, no monitoring
+// port. Everything else, in particular TLS, the users and their permissions,
+// is exactly what the files say.
 func loadNodeOptions(t testing.TB, path string) *server.Options {
 	t.Helper()
 	opts, err := server.ProcessConfigFile(path)
 	if err != nil {
 		t.Fatalf("the shipped NATS config %s does not load: %v", path, err)
 	}
-	if len(opts.Users) == 0 {
-		t.Fatalf("the shipped NATS config %s defines no users: is %s still included?", path, accountsConfig)
+	if len(opts.Nkeys) == 0 {
+		t.Fatalf("the NATS config %s defines no NKey users: is secrets/nats/auth.conf still included?", path)
+	}
+	if opts.TLSConfig == nil {
+		t.Fatalf("the NATS config %s has no TLS", path)
 	}
 	opts.Host = "127.0.0.1"
 	opts.Port = server.RANDOM_PORT
@@ -60,13 +98,15 @@ func loadNodeOptions(t testing.TB, path string) *server.Options {
 	return opts
 }
 
-// startShipped starts an in-process NATS server with the shipped node config;
-// mutate may adjust the options further (feature flags).
-func startShipped(t testing.TB, mutate ...func(*server.Options)) *server.Server {
+// startShipped starts an in-process NATS server with the shipped node config
+// and generated credentials; mutate may adjust the options further (feature
+// flags, or a loosened permission).
+func startShipped(t testing.TB, mutate ...func(*server.Options, *credentials.Layout)) *shipped {
 	t.Helper()
-	opts := loadNodeOptions(t, nodeConfig)
+	path, l := generated(t, nodeConfig)
+	opts := loadNodeOptions(t, path)
 	for _, m := range mutate {
-		m(opts)
+		m(opts, l)
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {
@@ -81,11 +121,33 @@ func startShipped(t testing.TB, mutate ...func(*server.Options)) *server.Server 
 		s.Shutdown()
 		s.WaitForShutdown()
 	})
-	return s
+	return &shipped{Server: s, creds: l}
 }
 
-func clientURL(s *server.Server) string {
-	return "nats://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Addr().(*net.TCPAddr).Port))
+func clientURL(s *shipped) string {
+	return "tls://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Addr().(*net.TCPAddr).Port))
+}
+
+// principalOf is the principal of a user name <role>-<name> (Principal.ID).
+func principalOf(t testing.TB, user string) credentials.Principal {
+	t.Helper()
+	role, name, ok := strings.Cut(user, "-")
+	if !ok {
+		t.Fatalf("user %q is not <role>-<name>", user)
+	}
+	return credentials.Principal{Role: role, Name: name}
+}
+
+// connectOpts are how principal user connects: its NKey, the deployment's
+// CA, its own inbox prefix.
+func connectOpts(t testing.TB, s *shipped, user string) []nats.Option {
+	t.Helper()
+	p := principalOf(t, user)
+	nk, err := nats.NkeyOptionFromSeed(s.creds.NKey(p))
+	if err != nil {
+		t.Fatalf("%s: %v", user, err)
+	}
+	return []nats.Option{nk, nats.RootCAs(s.creds.CA), nats.CustomInboxPrefix(p.InboxPrefix()), nats.Name(user)}
 }
 
 // violations collects the asynchronous permission errors of one connection.
@@ -123,22 +185,13 @@ type principal struct {
 	v    *violations
 }
 
-// login connects as user with its development password; the connection closes
-// when the test ends.
-func login(t testing.TB, s *server.Server, user string) *principal {
-	t.Helper()
-	pw, ok := passwords[user]
-	if !ok {
-		t.Fatalf("no password for principal %q", user)
-	}
-	return loginWith(t, s, user, pw)
-}
-
-func loginWith(t testing.TB, s *server.Server, user, password string) *principal {
+// login connects as user (<role>-<name>) with its generated NKey; the
+// connection closes when the test ends.
+func login(t testing.TB, s *shipped, user string) *principal {
 	t.Helper()
 	v := newViolations()
-	nc, err := nats.Connect(clientURL(s), nats.UserInfo(user, password), nats.Name(user),
-		nats.ErrorHandler(v.handler), nats.MaxReconnects(0))
+	opts := append(connectOpts(t, s, user), nats.ErrorHandler(v.handler), nats.MaxReconnects(0))
+	nc, err := nats.Connect(clientURL(s), opts...)
 	if err != nil {
 		t.Fatalf("log in as %s: %v", user, err)
 	}
@@ -162,7 +215,7 @@ func noViolations(t testing.TB, ps ...*principal) {
 // for it, or nil. The server answers a forbidden PUB or SUB with -ERR before
 // the PONG of the flush, so after Flush the outcome is known; the error is
 // also checked to arrive through nats.ErrorHandler.
-func probe(t testing.TB, s *server.Server, user string, op func(nc *nats.Conn) error) error {
+func probe(t testing.TB, s *shipped, user string, op func(nc *nats.Conn) error) error {
 	t.Helper()
 	p := login(t, s, user)
 	defer p.nc.Close()
@@ -201,32 +254,50 @@ func subscribeOp(subject, queue string) func(*nats.Conn) error {
 	}
 }
 
-// canPublish and canSubscribe assert one permission either way, with the
-// server's own wording on failure.
-func canPublish(t *testing.T, s *server.Server, user, subject string, want bool) {
+// mismatches checks every rule of user and returns, in the server's own
+// words, each one that does not hold.
+func mismatches(t testing.TB, s *shipped, user string, publish, subscribe []rule) []string {
 	t.Helper()
-	err := probe(t, s, user, publishOp(subject))
-	checkPermission(t, user, "publish", subject, "", err, want)
+	var out []string
+	for _, r := range publish {
+		out = append(out, mismatch(user, "publish", r, probe(t, s, user, publishOp(r.subject)))...)
+	}
+	for _, r := range subscribe {
+		out = append(out, mismatch(user, "subscribe", r, probe(t, s, user, subscribeOp(r.subject, r.queue)))...)
+	}
+	return out
 }
 
-func canSubscribe(t *testing.T, s *server.Server, user, subject, queue string, want bool) {
-	t.Helper()
-	err := probe(t, s, user, subscribeOp(subject, queue))
-	checkPermission(t, user, "subscribe", subject, queue, err, want)
-}
-
-func checkPermission(t *testing.T, user, verb, subject, queue string, err error, want bool) {
-	t.Helper()
-	what := fmt.Sprintf("%s may %s %q", user, verb, subject)
-	if queue != "" {
-		what += " in queue group " + queue
+func mismatch(user, verb string, r rule, err error) []string {
+	what := fmt.Sprintf("%s may %s %q", user, verb, r.subject)
+	if r.queue != "" {
+		what += " in queue group " + r.queue
 	}
 	switch {
-	case want && err != nil:
-		t.Errorf("%s: want allowed, got %v", what, err)
-	case !want && err == nil:
-		t.Errorf("%s: want a permissions violation, got none", what)
-	case !want && !strings.Contains(err.Error(), subject):
-		t.Errorf("%s: the violation %q does not name the subject", what, err)
+	case r.allowed && err != nil:
+		return []string{fmt.Sprintf("%s: want allowed, got %v", what, err)}
+	case !r.allowed && err == nil:
+		return []string{fmt.Sprintf("%s: want a permissions violation, got none", what)}
+	case !r.allowed && !strings.Contains(err.Error(), r.subject):
+		return []string{fmt.Sprintf("%s: the violation %q does not name the subject", what, err)}
 	}
+	return nil
+}
+
+// publicKey is the public NKey of principal p.
+func publicKey(t testing.TB, l *credentials.Layout, p credentials.Principal) string {
+	t.Helper()
+	seed, err := os.ReadFile(l.NKey(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(seed))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := kp.PublicKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pub
 }

@@ -1,0 +1,118 @@
+// Package credentials generates a deployment's secrets: an NKey and NATS
+// permissions per principal, a CA and the servers' TLS certificates, and a
+// Redis ACL user per role. `teamster credentials` runs it; nothing it writes
+// is committed. Running it again keeps every key, password and certificate
+// it finds and adds what is missing, so adding a gateway is one more run with
+// the gateway in the list.
+package credentials
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/teamster-fleet/teamster/bus"
+)
+
+// Spec is who and what a deployment has.
+type Spec struct {
+	Gateways  []string // gateway ids (each is also the gateway's hostId)
+	Delegates []string // delegate plugin ids
+	Routers   []string // router ids (TEAMSTER_ROUTER_ID)
+	Workers   []string // worker ids (the worker config's workerId)
+	Operators []string // operators' names
+	// NATSHosts and RedisHosts are the servers that get a certificate, each
+	// valid for its own name (plus localhost and 127.0.0.1).
+	NATSHosts  []string
+	RedisHosts []string
+}
+
+// ComposeSpec is the deployment of deploy/compose/compose.yaml.
+func ComposeSpec() Spec {
+	return Spec{
+		Gateways:   []string{"gateway-1"},
+		Delegates:  []string{"voice-call"},
+		Routers:    []string{"router-1", "router-2"},
+		Workers:    []string{"worker-1", "worker-2", "worker-3"},
+		Operators:  []string{"operator"},
+		NATSHosts:  []string{"nats-1", "nats-2", "nats-3"},
+		RedisHosts: []string{"redis-1", "redis-2", "redis-3", "sentinel-1", "sentinel-2", "sentinel-3"},
+	}
+}
+
+// Principals are the spec's NATS principals, in role order; a name that is
+// not an identifier, or one given twice for a role, is an error.
+func (s Spec) Principals() ([]Principal, error) {
+	var out []Principal
+	for _, r := range []struct {
+		role  string
+		names []string
+	}{
+		{RoleRouter, s.Routers}, {RoleWorker, s.Workers}, {RoleGateway, s.Gateways},
+		{RoleDelegate, s.Delegates}, {RoleOperator, s.Operators},
+	} {
+		seen := map[string]bool{}
+		for _, n := range r.names {
+			if err := bus.CheckID(r.role, n); err != nil {
+				return nil, err
+			}
+			if seen[n] {
+				return nil, fmt.Errorf("%s %q is named twice", r.role, n)
+			}
+			seen[n] = true
+			out = append(out, Principal{Role: r.role, Name: n})
+		}
+	}
+	for _, h := range append(append([]string{}, s.NATSHosts...), s.RedisHosts...) {
+		if err := bus.CheckID("host", h); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// Layout is where Generate put things, under its directory.
+type Layout struct {
+	Dir string
+	// NATSAuth is nats/auth.conf; NKey(p) a principal's seed file.
+	NATSAuth string
+	// CA is tls/ca.pem; Cert(h) and Key(h) a server's certificate and key.
+	CA string
+}
+
+// NKey is the seed file principal p logs in with.
+func (l *Layout) NKey(p Principal) string { return filepath.Join(l.Dir, "nats", p.ID()+".nk") }
+
+// Cert and Key are host's certificate and key.
+func (l *Layout) Cert(host string) string { return filepath.Join(l.Dir, "tls", host+".pem") }
+func (l *Layout) Key(host string) string  { return filepath.Join(l.Dir, "tls", host+"-key.pem") }
+
+// Generate writes what the spec needs into dir and is missing there:
+// dir/nats (auth.conf and a seed per principal), dir/tls (the CA, its key,
+// and a certificate per host), dir/redis (the ACL file and the roles'
+// passwords).
+func Generate(dir string, s Spec) (*Layout, error) {
+	principals, err := s.Principals()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	l := &Layout{Dir: dir}
+	if l.NATSAuth, err = EnsureNATS(filepath.Join(dir, "nats"), principals); err != nil {
+		return nil, fmt.Errorf("nats: %w", err)
+	}
+	tlsDir := filepath.Join(dir, "tls")
+	ca, err := EnsureCA(tlsDir)
+	if err != nil {
+		return nil, fmt.Errorf("tls: %w", err)
+	}
+	l.CA = ca.CertFile
+	for _, h := range append(append([]string{}, s.NATSHosts...), s.RedisHosts...) {
+		if _, _, err := ca.EnsureServer(tlsDir, h, []string{h}); err != nil {
+			return nil, fmt.Errorf("tls: %s: %w", h, err)
+		}
+	}
+	return l, nil
+}
