@@ -88,8 +88,8 @@ type demoRun struct {
 // playDemo submits every session's turns in order, all sessions at once,
 // follows each attempt to its result, prints the story session by session,
 // and fails unless every turn ended as expected.
-func playDemo(ctx context.Context, out io.Writer, natsURL string) error {
-	nc, err := nats.Connect(natsURL, nats.Name("teamster-demo"))
+func playDemo(ctx context.Context, out io.Writer, natsURL string, login demoLogin) error {
+	nc, err := nats.Connect(natsURL, append([]nats.Option{nats.Name("teamster-demo")}, login.Options...)...)
 	if err != nil {
 		return err
 	}
@@ -111,7 +111,7 @@ func playDemo(ctx context.Context, out io.Writer, natsURL string) error {
 			a := demoAttempt(s, t)
 			r := &demoRun{turn: t, start: time.Now()}
 			runs[i][k] = r
-			h, err := c.Submit(ctx, a)
+			h, err := login.submit(ctx, c, a)
 			var rejected *client.RejectedError
 			switch {
 			case h != nil:

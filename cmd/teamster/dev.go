@@ -11,10 +11,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
 
 	"github.com/teamster-fleet/teamster"
+	"github.com/teamster-fleet/teamster/bus"
 	"github.com/teamster-fleet/teamster/client"
 	"github.com/teamster-fleet/teamster/internal/cmdutil"
 	"github.com/teamster-fleet/teamster/internal/fleet"
@@ -33,12 +35,16 @@ type devOptions struct {
 	runtimeConfig string
 	demo          bool
 	storeDir      string
+	// secure is --secure's directory ("": no authentication, no TLS);
+	// gateways are --gateways.
+	secure   string
+	gateways []string
 }
 
 func devCmd(common *cmdutil.Common) *cobra.Command {
 	var o devOptions
 	cmd := &cobra.Command{
-		Use:   "dev [--demo]",
+		Use:   "dev [--demo] [--secure DIR]",
 		Short: "Run a whole local fleet in this process",
 		Long: `dev runs a whole fleet in one process: an embedded NATS server with JetStream
 (listening on --nats-port, so the CLI and your own processes can connect),
@@ -52,7 +58,20 @@ With --demo it plays a scenario end to end (several sessions of several turns:
 ok, a failing script, a timeout, a cancel, a rejected runtime, a fallback),
 prints each attempt's selection, events and result, and exits: 0 when every
 attempt ended as the scenario expects. Without --demo it runs until SIGINT or
-SIGTERM, then drains the workers and stops.`,
+SIGTERM, then drains the workers and stops.
+
+With --secure DIR the NATS server runs as production's do: TLS (a certificate
+for localhost and 127.0.0.1, the URL tls://127.0.0.1:<port>) and the shipped
+permissions, one NKey user per principal (teamster credentials). dev
+generates into DIR what is missing there (kept for the next run): the
+gateways of --gateways plus "dev" (the sample host and the demo's client,
+which submits as gateway "dev" on teamster.submit.gateway.dev, since a
+gateway's attempts may name only its own hostId), the delegate voice-call,
+the router "router", the workers, and the operator "operator". Each daemon
+logs in as its principal; the anonymous teamster.submit is refused. dev
+prints, and writes to DIR/dev.json, the URL, the CA and each gateway's seed
+file, inbox prefix and submit subject. Redis stays the local redis-server (or
+--redis-url) without TLS or ACL users.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// Redis given by flag or environment is used; otherwise dev
@@ -62,6 +81,9 @@ SIGTERM, then drains the workers and stops.`,
 				o.redis = &external
 			} else if m := strings.ToLower(common.RedisMode); m != "" && m != cmdutil.RedisStandalone {
 				return fmt.Errorf("--redis-mode %s needs --redis-url: without one dev starts a standalone redis-server", common.RedisMode)
+			}
+			if cmd.Flags().Changed("gateways") && o.secure == "" {
+				return fmt.Errorf("--gateways needs --secure: without it NATS has no principals")
 			}
 			return runDev(cmd.Context(), cmd.OutOrStdout(), common, o)
 		},
@@ -73,6 +95,8 @@ SIGTERM, then drains the workers and stops.`,
 	f.StringVar(&o.runtimeConfig, "runtime-config", cmdutil.Env(cmdutil.EnvRuntimeConfig, ""), "OpenClaw-format runtime policy for the router (env "+cmdutil.EnvRuntimeConfig+")")
 	f.BoolVar(&o.demo, "demo", false, "play the demo scenario, print it and exit")
 	f.StringVar(&o.storeDir, "store-dir", "", "JetStream store directory (default a temp dir, removed on exit)")
+	f.StringVar(&o.secure, "secure", "", "run NATS with TLS and the production permissions, with credentials generated into (and kept in) this directory; Redis stays without TLS (default off)")
+	f.StringSliceVar(&o.gateways, "gateways", []string{"gateway-1"}, "with --secure: the gateway ids to make credentials for (\"dev\", the sample host's, is added)")
 	return cmd
 }
 
@@ -84,6 +108,7 @@ type devFleet struct {
 	redisURL string
 	fleet    *fleet.Fleet
 	tmp      string
+	secure   *devSecure // nil without --secure
 }
 
 func runDev(ctx context.Context, out io.Writer, common *cmdutil.Common, o devOptions) error {
@@ -108,26 +133,58 @@ func runDev(ctx context.Context, out io.Writer, common *cmdutil.Common, o devOpt
 	if err != nil {
 		return err
 	}
-	natsURL := f.nats.ClientURL()
-	fmt.Fprintf(out, "teamster dev\n  nats     %s (JetStream)\n  redis    %s\n  router   1\n  workers  %d\n  host     %q with tools clock, echo (attempts with \"hostId\": %q can call them)\n\n",
-		natsURL, f.redisURL, len(f.fleet.Workers()), devHostID, devHostID)
-	if !o.demo {
-		fmt.Fprintln(out, "  metrics (/metrics, /healthz, /readyz)")
-		names := []string{"router"}
-		for _, w := range f.fleet.Workers() {
-			names = append(names, w.ID())
-		}
-		for _, n := range names {
-			fmt.Fprintf(out, "    %-7s %s/metrics\n", n, f.fleet.MetricsURL(n))
-		}
-		fmt.Fprintln(out)
+	if err := f.describe(out, o.demo); err != nil {
+		return err
 	}
 	if o.demo {
-		return playDemo(ctx, out, natsURL)
+		demo := demoLogin{}
+		if f.secure != nil {
+			demo = demoLogin{Options: f.secure.login("gateway", devHostID), Gateway: devHostID}
+		}
+		return playDemo(ctx, out, f.nats.ClientURL(), demo)
 	}
-	fmt.Fprintf(out, "Try:  TEAMSTER_NATS_URL=%s teamster submit -f attempt.json --follow\nCtrl-C stops the fleet.\n", natsURL)
 	sig := <-cmdutil.Signals()
 	log.WithField("signal", sig.String()).Info("stopping the fleet")
+	return nil
+}
+
+// describe prints what the fleet is and how to reach it (and under --secure
+// writes DIR/dev.json); with demo, only what the demo's story needs.
+func (f *devFleet) describe(out io.Writer, demo bool) error {
+	natsURL := f.nats.ClientURL()
+	natsNote := "JetStream"
+	if f.secure != nil {
+		natsNote = "JetStream, TLS, NKey users with the production permissions"
+	}
+	fmt.Fprintf(out, "teamster dev\n  nats     %s (%s)\n  redis    %s\n  router   1\n  workers  %d\n  host     %q with tools clock, echo (attempts with \"hostId\": %q can call them)\n\n",
+		natsURL, natsNote, f.redisURL, len(f.fleet.Workers()), devHostID, devHostID)
+	if f.secure != nil {
+		in := f.secure.info(natsURL, f.redisURL)
+		infoFile, err := f.secure.writeInfo(in)
+		if err != nil {
+			return err
+		}
+		in.print(out, infoFile)
+	}
+	if demo {
+		return nil
+	}
+	fmt.Fprintln(out, "  metrics (/metrics, /healthz, /readyz)")
+	names := []string{"router"}
+	for _, w := range f.fleet.Workers() {
+		names = append(names, w.ID())
+	}
+	for _, n := range names {
+		fmt.Fprintf(out, "    %-7s %s/metrics\n", n, f.fleet.MetricsURL(n))
+	}
+	fmt.Fprintln(out)
+	if f.secure != nil {
+		op := devSecureOperator
+		fmt.Fprintf(out, "Try:  TEAMSTER_NATS_URL=%s TEAMSTER_NATS_NKEY=%s TEAMSTER_NATS_INBOX_PREFIX=%s TEAMSTER_NATS_TLS_CA=%s TEAMSTER_REDIS_URL=%s teamster status\nCtrl-C stops the fleet.\n",
+			natsURL, f.secure.layout.NKey(op), op.InboxPrefix(), f.secure.layout.CA, f.redisURL)
+	} else {
+		fmt.Fprintf(out, "Try:  TEAMSTER_NATS_URL=%s teamster submit -f attempt.json --follow\nCtrl-C stops the fleet.\n", natsURL)
+	}
 	return nil
 }
 
@@ -142,7 +199,24 @@ func startDev(ctx context.Context, log *logrus.Logger, o devOptions) (*devFleet,
 	if store == "" {
 		store = filepath.Join(tmp, "jetstream")
 	}
-	if f.nats, err = fleet.StartNATS(o.natsPort, store); err != nil {
+	cfgs, err := devWorkerConfigs(o)
+	if err != nil {
+		return f, err
+	}
+	natsOpts := bus.EmbeddedOptions{Port: o.natsPort, StoreDir: store} // as fleet.StartNATS starts it
+	if o.secure != "" {
+		var ids []string
+		for _, c := range cfgs {
+			ids = append(ids, c.WorkerID)
+		}
+		if f.secure, err = newDevSecure(o.secure, o.gateways, ids); err != nil {
+			return f, err
+		}
+		if natsOpts.Configure, err = f.secure.configureNATS(); err != nil {
+			return f, err
+		}
+	}
+	if f.nats, err = bus.StartEmbedded(natsOpts); err != nil {
 		return f, fmt.Errorf("embedded NATS on port %d: %w (is another server using it? try --nats-port 0)", o.natsPort, err)
 	}
 	var redisCfg cmdutil.Common // how the daemons reach Redis
@@ -161,21 +235,28 @@ func startDev(ctx context.Context, log *logrus.Logger, o devOptions) (*devFleet,
 			return f, err
 		}
 	}
-	f.fleet = fleet.New(fleet.Options{
+	fo := fleet.Options{
 		NATSURL: f.nats.ClientURL(), Redis: redisCfg, NamePrefix: "teamster-dev-", Logger: log,
 		// A redis-server dev started a moment ago: no lease from before can
 		// exist, so no quarantine after its "data loss".
 		Workers:      fleet.WorkerTuning{FreshRedis: f.redis != nil},
 		DrainWait:    30 * time.Second,
 		ServeMetrics: true,
-	})
-	if _, err := f.fleet.StartRouter(ctx, fleet.RouterOptions{Policy: policy}); err != nil {
+	}
+	ro := fleet.RouterOptions{Policy: policy}
+	if f.secure != nil {
+		fo.Principal = f.secure.login
+		ro.ID = devRouterID
+	}
+	f.fleet = fleet.New(fo)
+	if _, err := f.fleet.StartRouter(ctx, ro); err != nil {
 		return f, err
 	}
 	// The sample host: tools a scripted turn can call back through the
 	// fleet. Started before the workers, so that it stops after they have
 	// drained (a draining turn may still call a tool).
-	hostConn, err := f.fleet.ConnectNATS("host")
+	// Under --secure it logs in as the gateway "dev", whose host id it is.
+	hostConn, err := f.fleet.ConnectNATSAs("host", "gateway", devHostID)
 	if err != nil {
 		return f, err
 	}
@@ -186,16 +267,7 @@ func startDev(ctx context.Context, log *logrus.Logger, o devOptions) (*devFleet,
 	if _, err := hc.ServeHost(devHostID, sampleTools()); err != nil {
 		return f, err
 	}
-	for i := 1; i <= o.workers; i++ {
-		var cfg *worker.Config
-		if o.workerConfig != "" {
-			if cfg, err = worker.LoadConfig(o.workerConfig); err != nil {
-				return f, err
-			}
-			cfg.WorkerID = fmt.Sprintf("%s-%d", cfg.WorkerID, i)
-		} else {
-			cfg = worker.DevConfig(fmt.Sprintf("w%d", i), 64)
-		}
+	for _, cfg := range cfgs {
 		if _, err := f.fleet.StartWorker(ctx, cfg); err != nil {
 			return f, err
 		}
@@ -204,6 +276,42 @@ func startDev(ctx context.Context, log *logrus.Logger, o devOptions) (*devFleet,
 	// fleet slow to register still starts; submits then wait for it).
 	_ = f.fleet.WaitWorkers(ctx, o.workers, 10*time.Second)
 	return f, nil
+}
+
+// devWorkerConfigs are the configs of the dev workers: --workers copies of
+// --worker-config, their workerIds with -1, -2, ... appended, or else the
+// dev harnesses' config as w1, w2, ...
+func devWorkerConfigs(o devOptions) ([]*worker.Config, error) {
+	var cfgs []*worker.Config
+	for i := 1; i <= o.workers; i++ {
+		if o.workerConfig == "" {
+			cfgs = append(cfgs, worker.DevConfig(fmt.Sprintf("w%d", i), 64))
+			continue
+		}
+		cfg, err := worker.LoadConfig(o.workerConfig)
+		if err != nil {
+			return nil, err
+		}
+		cfg.WorkerID = fmt.Sprintf("%s-%d", cfg.WorkerID, i)
+		cfgs = append(cfgs, cfg)
+	}
+	return cfgs, nil
+}
+
+// demoLogin is how the demo's client connects and submits: anonymously on
+// teamster.submit (Gateway ""), or under --secure as the gateway "dev" on
+// teamster.submit.gateway.dev (the demo's attempts name the hostId "dev",
+// and a gateway's attempts may name only its own).
+type demoLogin struct {
+	Options []nats.Option
+	Gateway string
+}
+
+func (l demoLogin) submit(ctx context.Context, c *client.Client, a *bus.Attempt) (*client.Handle, error) {
+	if l.Gateway == "" {
+		return c.Submit(ctx, a)
+	}
+	return c.SubmitAsGateway(ctx, l.Gateway, a)
 }
 
 // stop drains the workers, stops the router and closes every connection

@@ -9,9 +9,10 @@
 // (chaos), the same Options give the daemons' flags (DaemonArgs), the same
 // WorkerTuning their config files, and Wait and Readyz the readiness wait.
 //
-// The routers and workers set up the JetStream streams and the registry
-// bucket themselves (routers with bus.Setup, workers with bus.Ensure), so a
-// fleet needs no more of NATS than a server with JetStream.
+// The routers set up the JetStream streams, the registry bucket and the
+// harnesses' consumers (bus.Setup, bus.EnsureHarnessConsumer); workers look
+// them up and wait for them. A fleet needs no more of NATS than a server
+// with JetStream.
 package fleet
 
 import (
@@ -47,6 +48,13 @@ type Options struct {
 	// NATSOptions are added to every NATS connection's, after its name and
 	// nats.MaxReconnects(-1) (reconnect forever, as the daemons do).
 	NATSOptions []nats.Option
+	// Principal, when set, gives the options a connection of the principal
+	// of role and name adds after NATSOptions (its NKey, the CA, its inbox
+	// prefix: `teamster dev --secure`): the routers' connections are role
+	// "router" (name RouterOptions.ID, or "router"), the workers' "worker"
+	// (their id), and ConnectNATSAs says its own. nil adds none, and
+	// ConnectNATS never asks it.
+	Principal func(role, name string) []nats.Option
 	// Redis is how every Redis client of the fleet reaches Redis, as the
 	// daemons' --redis-url and --redis-mode say it (cmdutil.Common.NewRedis:
 	// standalone, sentinel or cluster).
@@ -93,6 +101,9 @@ type RouterOptions struct {
 	Policy *selection.Policy
 	// ReaperInterval of the reaper; 0 is the router's default.
 	ReaperInterval time.Duration
+	// ID is the router's id (router.Params.RouterID; default a generated
+	// one) and its principal's name ("router" when empty).
+	ID string
 }
 
 // Fleet is routers and workers running in this process. Its methods may be
@@ -150,9 +161,13 @@ func (f *Fleet) Close() {
 	}
 }
 
-// dialNATS connects to the fleet's NATS; the caller closes the connection.
-func (f *Fleet) dialNATS(name string, opts ...nats.Option) (*nats.Conn, error) {
+// dialNATS connects to the fleet's NATS as the principal of role and
+// principal (none when role is ""); the caller closes the connection.
+func (f *Fleet) dialNATS(name, role, principal string, opts ...nats.Option) (*nats.Conn, error) {
 	all := append([]nats.Option{nats.Name(f.opts.NamePrefix + name), nats.MaxReconnects(-1)}, f.opts.NATSOptions...)
+	if role != "" && f.opts.Principal != nil {
+		all = append(all, f.opts.Principal(role, principal)...)
+	}
 	return nats.Connect(f.opts.NATSURL, append(all, opts...)...)
 }
 
@@ -175,7 +190,14 @@ func (f *Fleet) dialRedis() (redis.UniversalClient, error) {
 // ConnectNATS opens a connection to the fleet's NATS named NamePrefix+name,
 // with the fleet's options and opts; the fleet's teardown closes it.
 func (f *Fleet) ConnectNATS(name string, opts ...nats.Option) (*nats.Conn, error) {
-	nc, err := f.dialNATS(name, opts...)
+	return f.ConnectNATSAs(name, "", "", opts...)
+}
+
+// ConnectNATSAs is ConnectNATS as the principal of role and principal:
+// Options.Principal's options for it come after the fleet's, before opts.
+// A role "" is no principal (ConnectNATS).
+func (f *Fleet) ConnectNATSAs(name, role, principal string, opts ...nats.Option) (*nats.Conn, error) {
+	nc, err := f.dialNATS(name, role, principal, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -197,7 +219,11 @@ func (f *Fleet) NewRedis() (redis.UniversalClient, error) {
 // StartRouter starts a router with its own NATS connection and Redis
 // client; the teardown stops it. Router returns it from then on.
 func (f *Fleet) StartRouter(ctx context.Context, o RouterOptions) (*router.Router, error) {
-	nc, err := f.ConnectNATS("router")
+	principal := o.ID
+	if principal == "" {
+		principal = "router"
+	}
+	nc, err := f.ConnectNATSAs("router", "router", principal)
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +233,7 @@ func (f *Fleet) StartRouter(ctx context.Context, o RouterOptions) (*router.Route
 	}
 	reg := cmdutil.Registry()
 	r, err := router.New(router.Params{NATS: nc, Redis: rdb, Policy: o.Policy, Logger: f.log.WithField("proc", "router"),
-		ReaperInterval: o.ReaperInterval, Metrics: metrics.NewRouter(reg), Streams: f.opts.Streams, Version: cmdutil.Version()})
+		RouterID: o.ID, ReaperInterval: o.ReaperInterval, Metrics: metrics.NewRouter(reg), Streams: f.opts.Streams, Version: cmdutil.Version()})
 	if err != nil {
 		return nil, err
 	}
@@ -231,7 +257,7 @@ func (f *Fleet) StartRouter(ctx context.Context, o RouterOptions) (*router.Route
 // DrainWait) and closes its connections.
 func (f *Fleet) StartWorker(ctx context.Context, cfg *worker.Config) (*worker.Worker, error) {
 	cfg = f.opts.Workers.Apply(cfg)
-	nc, err := f.dialNATS(cfg.WorkerID)
+	nc, err := f.dialNATS(cfg.WorkerID, "worker", cfg.WorkerID)
 	if err != nil {
 		return nil, err
 	}
