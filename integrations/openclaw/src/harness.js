@@ -22,6 +22,7 @@ import {
   newAttemptId,
   runCancelSubject,
   submitDelegateSubject,
+  submitGatewaySubject,
   validateResult,
 } from "./wire.js";
 
@@ -33,6 +34,17 @@ const sleep = (ms, signal) =>
       resolve();
     }, { once: true });
   });
+
+/**
+ * submitSubject is where this plugin submits: its gateway's own subject
+ * (teamster.submit.gateway.<gatewayId>), its delegate's
+ * (teamster.submit.delegate.<pluginId>), or the shared owner subject.
+ */
+export function submitSubject(cfg) {
+  if (cfg.gatewayId) return submitGatewaySubject(cfg.gatewayId);
+  if (cfg.delegatePluginId) return submitDelegateSubject(cfg.delegatePluginId);
+  return SUBJECT_SUBMIT;
+}
 
 /**
  * createTeamsterHarness builds the harness object registerAgentHarness takes.
@@ -110,7 +122,7 @@ export class Turn {
       p.abortSignal?.addEventListener("abort", onAbort, { once: true });
       this.ended.signal.addEventListener("abort", () => p.abortSignal?.removeEventListener("abort", onAbort), { once: true });
 
-      const subject = this.cfg.delegatePluginId ? submitDelegateSubject(this.cfg.delegatePluginId) : SUBJECT_SUBMIT;
+      const subject = submitSubject(this.cfg);
       const reply = await this.fleet.request(subject, attempt);
       if (reply.status === "fallback") {
         throw new TeamsterError(

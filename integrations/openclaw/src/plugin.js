@@ -31,7 +31,7 @@ export function createPlugin(runtime = {}) {
     description: "Runs OpenClaw agent turns on a teamster fleet (NATS): submit, events, steering, cancel, host tools.",
     register(api) {
       const logger = api.logger;
-      const cfg = resolveConfig({ hostId: processHostId, ...(api.pluginConfig ?? {}) }, process.env);
+      const cfg = resolveConfig(api.pluginConfig ?? {}, process.env, { defaultHostId: processHostId });
       const fleet = fleetFor(cfg, logger);
       // This registration's use of the shared connection: released when
       // OpenClaw disposes its harness or stops its service, whichever comes

@@ -71,6 +71,11 @@ export function checkId(field, s) {
   return s;
 }
 
+/** teamster.submit.gateway.<gatewayId>: an owner submit from a gateway with an identity. */
+export function submitGatewaySubject(gatewayId) {
+  return `teamster.submit.gateway.${checkId("gatewayId", gatewayId)}`;
+}
+
 export function submitDelegateSubject(pluginId) {
   return `teamster.submit.delegate.${checkId("pluginId", pluginId)}`;
 }

@@ -18,6 +18,13 @@
 // the install wrote (install.e2e.test.js checks the install steps themselves).
 // The three installs run side by side while Go builds the fleet.
 //
+// Security: the fleet runs as `teamster dev --secure <dir>` (credentials
+// generated into the test's folder, NATS over TLS with the production
+// permissions), and every OpenClaw home configures the plugin as a gateway of
+// its own: the gateway as gatewayId gateway-1, the `agent exec` homes as
+// exec-1, each with its NKey seed and the fleet's CA. TEAMSTER_E2E_INSECURE=1
+// runs a plain `teamster dev` and the plugin without an identity instead.
+//
 // Prerequisites (scripts/deps.sh installs the first two; the test fails, never
 // skips, when one is missing): .tools/node24, .tools/openclaw, Go, redis-server.
 
@@ -27,12 +34,16 @@ import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node
 import { join } from "node:path";
 import { after, afterEach, before, test } from "node:test";
 import {
-  Proc, buildTeamster, freePort, gatewayClient, installPlugin, node24, openclawEntry, openclawEnv, pluginDir, readJson, requireFile, startFleet, tempDir,
+  Proc, buildTeamster, cliEnv, e2eSecure, fleetCredentials, fleetUrl, freePort, gatewayClient, gatewayIdentity, installPlugin, node24, openclawEntry,
+  openclawEnv, pluginDir, readJson, requireFile, startFleet, tempDir,
 } from "../support/env.js";
 
 const TOKEN = "teamster-e2e-token";
 const STEER = "steer: turn left at the lighthouse";
-let work, fleet, gateway, gatewayPort, natsUrl, deadNatsUrl, gwEnv, bin, rpc, execOk, execDown, gatewayReady, cliTurn;
+// The fleet identities of the OpenClaw processes (under --secure).
+const GATEWAY_ID = "gateway-1";
+const EXEC_ID = "exec-1";
+let work, fleet, gateway, gatewayPort, natsUrl, deadNatsUrl, gwEnv, bin, rpc, execOk, execDown, gatewayReady, cliTurn, secureDir, creds;
 const suiteStart = Date.now();
 const since = () => `${((Date.now() - suiteStart) / 1000).toFixed(1)} s`;
 
@@ -69,7 +80,7 @@ async function exec(name, url, prompt, ready) {
   const home = join(work, `${name}-home`);
   mkdirSync(home, { recursive: true });
   const cfg = join(work, `${name}.json`);
-  const c = openclawConfig(url, 0);
+  const c = openclawConfig(url, 0, gatewayIdentity(creds, EXEC_ID));
   delete c.gateway;
   const env = openclawEnv({ HOME: home, OPENCLAW_CONFIG_PATH: cfg });
   await setUpHome(cfg, env, c);
@@ -102,11 +113,19 @@ function replyOf(final) {
   return (final?.result?.payloads ?? []).map((p) => p.text ?? "").join("\n");
 }
 
-/** fleetResult reads an attempt's durable result with the teamster CLI. */
+/**
+ * fleetResult reads an attempt's durable result with the teamster CLI (under
+ * --secure as the gateway, which may read durable results).
+ */
 function fleetResult(attemptId) {
-  const r = spawnSync(bin, ["result", attemptId, "--wait", "30s", "--json"], { env: { ...process.env, TEAMSTER_NATS_URL: natsUrl }, encoding: "utf8" });
+  const r = spawnSync(bin, ["result", attemptId, "--wait", "30s", "--json"], { env: cliEnv(natsUrl, creds, GATEWAY_ID), encoding: "utf8" });
   assert.equal(r.error, undefined);
-  return JSON.parse(r.stdout);
+  // Its exit status follows the result's (non-zero for an error result): the JSON says it.
+  try {
+    return JSON.parse(r.stdout);
+  } catch {
+    assert.fail(`teamster result ${attemptId} printed no result (exit ${r.status}):\n${r.stdout}\n${r.stderr}`);
+  }
 }
 
 /** The gateway's log: its output and its log file (plugin info lines). */
@@ -154,9 +173,15 @@ before(async () => {
   requireFile(openclawEntry, "run integrations/openclaw/scripts/deps.sh (installs the pinned openclaw into .tools/openclaw)");
   requireFile(join(pluginDir, "node_modules/@nats-io/transport-node/package.json"), "run npm ci in integrations/openclaw");
   work = tempDir("teamster-oc-e2e-");
+  // Under --secure the fleet writes its credentials here when it starts; the
+  // plugin's settings name the files before they exist (it reads them when
+  // it connects).
+  secureDir = e2eSecure ? join(work, "secure") : undefined;
+  creds = secureDir ? fleetCredentials(secureDir) : null;
+  console.log(`# fleet ${e2eSecure ? `teamster dev --secure ${secureDir}` : "teamster dev (TEAMSTER_E2E_INSECURE=1: no TLS, no NATS permissions)"}`);
   const natsPort = await freePort();
-  natsUrl = `nats://127.0.0.1:${natsPort}`;
-  deadNatsUrl = `nats://127.0.0.1:${await freePort()}`; // nobody listens there
+  natsUrl = fleetUrl(natsPort);
+  deadNatsUrl = fleetUrl(await freePort()); // nobody listens there
   gatewayPort = await freePort();
   const cfgPath = join(work, "openclaw.json");
   gwEnv = openclawEnv({ HOME: work, OPENCLAW_STATE_DIR: join(work, "state"), OPENCLAW_CONFIG_PATH: cfgPath, OPENCLAW_GATEWAY_TOKEN: TOKEN });
@@ -171,7 +196,7 @@ before(async () => {
   execDown.catch(() => {});
   execOk = exec("exec", natsUrl, "hello from agent exec", fleetReady);
   execOk.catch(() => {});
-  await setUpHome(cfgPath, gwEnv, openclawConfig(natsUrl, gatewayPort));
+  await setUpHome(cfgPath, gwEnv, openclawConfig(natsUrl, gatewayPort, gatewayIdentity(creds, GATEWAY_ID)));
   console.log(`# plugin installed into the gateway's home at ${since()}`);
   // The gateway starts now (the plugin connects at its first turn).
   gateway = oc(["gateway", "run", "--bind", "loopback", "--auth", "token", "--port", String(gatewayPort)], gwEnv);
@@ -185,7 +210,7 @@ before(async () => {
   cliTurn = Promise.all([gatewayReady, fleetReady]).then(() => oc(["agent", "--session-key", "e2e-main", "--message", "hello from openclaw", "--json"], gwEnv).done(240000));
   cliTurn.catch(() => {});
   bin = await building;
-  fleet = await startFleet(bin, { port: natsPort });
+  fleet = await startFleet(bin, { port: natsPort, secureDir, gateways: [GATEWAY_ID, EXEC_ID] });
   assert.equal(fleet.natsUrl, natsUrl);
   console.log(`# fleet up at ${since()}`);
   fleetUp();
@@ -204,8 +229,11 @@ after(async () => {
   else if (work) console.log(`# kept ${work}`);
 });
 
-/** The OpenClaw config this test runs: a provider pinned to the fleet. */
-export function openclawConfig(url, port) {
+/**
+ * The OpenClaw config this test runs: a provider pinned to the fleet;
+ * identity: the plugin's fleet identity settings (gatewayIdentity).
+ */
+export function openclawConfig(url, port, identity = {}) {
   return {
     gateway: { mode: "local", port, bind: "loopback", auth: { mode: "token", token: TOKEN } },
     plugins: {
@@ -217,6 +245,7 @@ export function openclawConfig(url, port) {
           enabled: true,
           config: {
             natsUrl: url,
+            ...identity,
             requestTimeoutMs: 5000,
             connectTimeoutMs: 3000,
             settlementTimeoutMs: 5000,
@@ -356,6 +385,12 @@ test("a turn started by the gateway's agent method cannot be steered: the messag
   const { text } = await assistantReply(key, new RegExp(`^${STEER}$`), 60000);
   assert.equal(text, STEER, "the message ran as its own turn afterwards");
   assert.equal((await attemptsOf(key, "ended ok", 2)).length, 2);
+});
+
+test("the fleet's NATS refused the gateway nothing, and it connected as configured", async () => {
+  const log = gatewayLog();
+  assert.doesNotMatch(log, /Permissions Violation/i, "the plugin logs every NATS error the server reports");
+  assert.ok(log.includes(`teamster: connected to the fleet at ${natsUrl}`), `the gateway connected to ${natsUrl}:\n${log.slice(-3000)}`);
 });
 
 test("with the fleet down a gateway turn fails closed naming the NATS URL", async () => {

@@ -168,14 +168,86 @@ export async function gatewayClient({ url, token, stateDir }) {
     callGatewayFromCli(method, { url, token, timeout: String(timeoutMs), json: true }, params, expectFinal ? { expectFinal: true } : undefined);
 }
 
-/** startFleet runs `teamster dev` on a free NATS port and returns its URL. */
-export async function startFleet(bin, { port } = {}) {
+/**
+ * e2eSecure: the end-to-end tests run the fleet with `teamster dev --secure
+ * DIR` (TLS, NKeys and the production NATS permissions) and the plugin as a
+ * gateway with an identity; TEAMSTER_E2E_INSECURE=1 runs them against a
+ * plain `teamster dev` (no TLS, no authentication) and the plugin without
+ * one.
+ */
+export const e2eSecure = process.env.TEAMSTER_E2E_INSECURE !== "1";
+
+/** The NATS URL of a fleet on port: tls:// under --secure. */
+export function fleetUrl(port, secure = e2eSecure) {
+  return `${secure ? "tls" : "nats"}://127.0.0.1:${port}`;
+}
+
+/**
+ * fleetCredentials names the files `teamster dev --secure dir` writes (when
+ * missing) for its principals: the CA that signed the NATS server's
+ * certificate, and each principal's NKey seed, nats/<role>-<name>.nk.
+ */
+export function fleetCredentials(dir) {
+  return {
+    dir,
+    ca: join(dir, "tls", "ca.pem"),
+    seed: (role, name) => join(dir, "nats", `${role}-${name}.nk`),
+  };
+}
+
+/**
+ * gatewayIdentity is the plugin config that makes it gateway id of a
+ * --secure fleet whose credentials are creds (its NKey, the fleet's CA, its
+ * gatewayId: inbox _INBOX.gateway.<id>, submits on
+ * teamster.submit.gateway.<id>, host id <id>); {} without creds.
+ */
+export function gatewayIdentity(creds, id) {
+  if (!creds) return {};
+  return { gatewayId: id, nkeyFile: creds.seed("gateway", id), tlsCaFile: creds.ca };
+}
+
+/** delegateIdentity is the plugin config of delegate pluginId (inbox _INBOX.delegate.<pluginId>). */
+export function delegateIdentity(creds, pluginId) {
+  if (!creds) return { delegatePluginId: pluginId };
+  return { delegatePluginId: pluginId, nkeyFile: creds.seed("delegate", pluginId), tlsCaFile: creds.ca };
+}
+
+/**
+ * cliEnv is the environment of a teamster CLI command (teamster result)
+ * against the fleet at natsUrl: as gateway id under --secure (its NKey, the
+ * CA, its inbox prefix), else the URL alone.
+ */
+export function cliEnv(natsUrl, creds, id) {
+  const env = { ...process.env, TEAMSTER_NATS_URL: natsUrl };
+  for (const k of ["TEAMSTER_NATS_NKEY", "TEAMSTER_NATS_CREDS", "TEAMSTER_NATS_TLS_CA", "TEAMSTER_NATS_INBOX_PREFIX"]) delete env[k];
+  if (creds) {
+    Object.assign(env, {
+      TEAMSTER_NATS_NKEY: creds.seed("gateway", id),
+      TEAMSTER_NATS_TLS_CA: creds.ca,
+      TEAMSTER_NATS_INBOX_PREFIX: `_INBOX.gateway.${id}`,
+    });
+  }
+  return env;
+}
+
+/**
+ * startFleet runs `teamster dev` on a free NATS port and returns its URL.
+ * With secureDir it runs `teamster dev --secure secureDir` (credentials
+ * generated there, TLS, the production permissions) with gateway principals
+ * gateways (--gateways), and returns the credentials' files as creds.
+ */
+export async function startFleet(bin, { port, secureDir, gateways } = {}) {
   requireCommand("redis-server", "run `make deps` (it installs redis-server with apt-get)");
   const natsPort = port ?? (await freePort());
-  const p = new Proc(bin, ["dev", "--nats-port", String(natsPort)], { env: { ...process.env, TEAMSTER_REDIS_URL: "" } });
-  const m = await p.waitFor(/nats\s+(nats:\/\/[0-9.:]+)/, 60000, "teamster dev");
+  const args = ["dev", "--nats-port", String(natsPort)];
+  if (secureDir) {
+    args.push("--secure", secureDir);
+    if (gateways?.length) args.push("--gateways", gateways.join(","));
+  }
+  const p = new Proc(bin, args, { env: { ...process.env, TEAMSTER_REDIS_URL: "" } });
+  const m = await p.waitFor(/nats\s+((?:nats|tls):\/\/[0-9.:]+)/, 60000, `teamster ${args.join(" ")}`);
   await p.waitFor(/workers\s+\d+/, 10000, "teamster dev");
-  return { proc: p, natsUrl: m[1], bin };
+  return { proc: p, natsUrl: m[1], bin, creds: secureDir ? fleetCredentials(secureDir) : null };
 }
 
 export function readJson(path) {

@@ -12,10 +12,10 @@
 // skipped.
 
 import { spawnSync } from "node:child_process";
-import { accessSync, constants, existsSync, rmSync } from "node:fs";
+import { accessSync, constants, existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before } from "node:test";
-import { connect } from "@nats-io/transport-node";
+import { connect, nkeyAuthenticator, nkeys } from "@nats-io/transport-node";
 import { DiscardPolicy, StorageType, jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { Fleet } from "../../src/fleet.js";
@@ -78,15 +78,23 @@ export function natsServerBinary() {
 /**
  * startNatsServer starts nats-server with JetStream on a free loopback port
  * and returns {url, port, stop()}; it throws, with the server's output, when
- * the server does not start.
+ * the server does not start. With secure (secureServerConfig's result) the
+ * server serves TLS only and admits only its NKey users; the result carries
+ * secure (its files, removed by stop) as well.
  */
-export async function startNatsServer() {
+export async function startNatsServer({ secure } = {}) {
   const bin = natsServerBinary();
   let lastOutput = "";
   for (let i = 0; i < 3; i++) {
     const port = await freePort();
     const store = tempDir("teamster-unit-nats-");
-    const p = new Proc(bin, ["-js", "-sd", store, "-a", "127.0.0.1", "-p", String(port)]);
+    let args = ["-js", "-sd", store, "-a", "127.0.0.1", "-p", String(port)];
+    if (secure) {
+      const conf = join(store, "nats.conf");
+      writeFileSync(conf, secure.config({ port, store: join(store, "js") }));
+      args = ["-c", conf];
+    }
+    const p = new Proc(bin, args);
     // A test process that dies without its after hook must not leave the
     // server behind.
     const kill = () => {
@@ -102,7 +110,11 @@ export async function startNatsServer() {
     };
     try {
       await p.waitFor(/Server is ready/, 15000, `nats-server on 127.0.0.1:${port}`);
-      return { url: `nats://127.0.0.1:${port}`, port, stop };
+      const stopAll = async () => {
+        await stop();
+        if (secure) rmSync(secure.dir, { recursive: true, force: true });
+      };
+      return { url: `${secure ? "tls" : "nats"}://127.0.0.1:${port}`, port, stop: stopAll, secure };
     } catch (err) {
       const exit = p.child.exitCode !== null || p.child.signalCode !== null ? `it exited (${p.child.signalCode ?? `code ${p.child.exitCode}`}) with output:\n${p.out.slice(-4000)}` : err.message;
       lastOutput = exit;
@@ -116,12 +128,14 @@ export async function startNatsServer() {
 
 /**
  * useNatsServer starts a real nats-server before the file's tests and stops
- * it after them. The returned object gets url once the server is up.
+ * it after them. The returned object gets url once the server is up. opts:
+ * startNatsServer's.
  */
-export function useNatsServer() {
+export function useNatsServer(opts = {}) {
   const server = { url: null, stop: null };
   before(async () => {
-    Object.assign(server, await startNatsServer());
+    const s = await startNatsServer(typeof opts === "function" ? opts() : opts);
+    Object.assign(server, s);
   });
   after(async () => {
     await server.stop?.();
@@ -130,12 +144,100 @@ export function useNatsServer() {
 }
 
 /**
+ * makeTlsFiles writes a CA and a server certificate for 127.0.0.1 and
+ * localhost, signed by it, into dir with openssl: {ca, cert, key}.
+ */
+export function makeTlsFiles(dir) {
+  const openssl = spawnSync("sh", ["-c", "command -v openssl"], { encoding: "utf8" });
+  if (openssl.status !== 0) throw new Error("unit tests of the TLS connection need openssl on PATH (Debian's openssl package)");
+  const f = (n) => join(dir, n);
+  const run = (args) => {
+    const r = spawnSync("openssl", args, { cwd: dir, encoding: "utf8" });
+    if (r.status !== 0) throw new Error(`openssl ${args.join(" ")} failed: ${r.stderr}`);
+  };
+  writeFileSync(f("server.ext"), "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n");
+  run(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", f("ca-key.pem"), "-out", f("ca.pem"), "-days", "2", "-subj", "/CN=teamster unit test CA"]);
+  run(["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", f("server-key.pem"), "-out", f("server.csr"), "-subj", "/CN=127.0.0.1"]);
+  run(["x509", "-req", "-in", f("server.csr"), "-CA", f("ca.pem"), "-CAkey", f("ca-key.pem"), "-CAcreateserial", "-out", f("server.pem"), "-days", "2", "-extfile", f("server.ext")]);
+  return { ca: f("ca.pem"), cert: f("server.pem"), key: f("server-key.pem") };
+}
+
+/**
+ * gatewayPermissions are a gateway's NATS permissions as the fleet ships
+ * them (issue 27): its own submit subject, the owner's control subjects,
+ * read-only JetStream (durable results; the registry by stream info and
+ * direct get, no consumer), replies to the host callbacks it is asked, and
+ * subscriptions only under its inbox and its host id. $JS.API.INFO is left
+ * out: the plugin never asks for it.
+ */
+export function gatewayPermissions(gatewayId) {
+  return {
+    publish: {
+      allow: [
+        `teamster.submit.gateway.${gatewayId}`,
+        "teamster.inject",
+        "teamster.session.>",
+        "teamster.source.grant",
+        "teamster.source.revoke",
+        "teamster.run.*.cancel",
+        "teamster.run.*.inject",
+        "$JS.API.STREAM.INFO.TEAMSTER_RESULTS",
+        "$JS.API.STREAM.MSG.GET.TEAMSTER_RESULTS",
+        "$JS.API.DIRECT.GET.TEAMSTER_RESULTS.>",
+        "$JS.API.STREAM.INFO.KV_TEAMSTER_WORKERS",
+        "$JS.API.DIRECT.GET.KV_TEAMSTER_WORKERS.>",
+      ],
+    },
+    subscribe: { allow: [`_INBOX.gateway.${gatewayId}.>`, `teamster.host.${gatewayId}.>`] },
+    allow_responses: true,
+  };
+}
+
+/**
+ * secureServerConfig prepares a nats-server that serves TLS only (a CA and a
+ * certificate made here) and admits NKey users only: "admin" (everything:
+ * the test's FleetPlay) and one gateway per id in gateways, with
+ * gatewayPermissions. Returns {dir, tls, seedFile(name), config({port,
+ * store})}; each user's seed is in seedFile(name). Remove dir after use.
+ */
+export function secureServerConfig({ gateways = ["g1"] } = {}) {
+  const dir = tempDir("teamster-unit-nats-secure-");
+  const tls = makeTlsFiles(dir);
+  const users = [];
+  const seedFile = (name) => join(dir, `${name}.nk`);
+  const add = (name, permissions) => {
+    const kp = nkeys.createUser();
+    writeFileSync(seedFile(name), `${new TextDecoder().decode(kp.getSeed())}\n`, { mode: 0o600 });
+    users.push({ nkey: kp.getPublicKey(), ...(permissions ? { permissions } : {}) });
+  };
+  add("admin");
+  for (const g of gateways) add(`gateway-${g}`, gatewayPermissions(g));
+  const config = ({ port, store }) =>
+    [
+      `listen: "127.0.0.1:${port}"`,
+      `jetstream { store_dir: ${JSON.stringify(store)} }`,
+      `tls { cert_file: ${JSON.stringify(tls.cert)}, key_file: ${JSON.stringify(tls.key)}, timeout: 5 }`,
+      `authorization { users: ${JSON.stringify(users, null, 2)} }`,
+      "",
+    ].join("\n");
+  return { dir, tls, seedFile, config };
+}
+
+/** adminConnect connects to a secure server as its "admin" user. */
+export function adminConnect(server, name = "unit-admin") {
+  const seed = new TextEncoder().encode(readFileSync(server.secure.seedFile("admin"), "utf8").trim());
+  return connect({ servers: server.url, name, authenticator: nkeyAuthenticator(seed), tls: { caFile: server.secure.tls.ca } });
+}
+
+/**
  * pluginFleet is the plugin's own Fleet (the product code) on the test's
- * server, closed after the test. raw: plugin config on top of the defaults.
+ * server, closed after the test. raw: plugin config on top of the defaults
+ * (hostId h1 unless raw has a gatewayId). The registry is read every 50 ms
+ * unless opts.registryPollMs says otherwise.
  */
 export function pluginFleet(t, server, raw = {}, opts = {}) {
-  const cfg = resolveConfig({ natsUrl: server.url, hostId: "h1", ...raw });
-  const fleet = new Fleet({ cfg, ...opts });
+  const cfg = resolveConfig({ natsUrl: server.url, ...raw }, {}, { defaultHostId: "h1" });
+  const fleet = new Fleet({ cfg, registryPollMs: 50, ...opts });
   t.after(() => fleet.close());
   return fleet;
 }
@@ -165,7 +267,7 @@ export async function until(cond, what, timeoutMs = 5000) {
 export class FleetPlay {
   /** connect opens a FleetPlay on server, closed after the test t. */
   static async connect(t, server) {
-    const nc = await connect({ servers: server.url, name: "unit-fleet-play" });
+    const nc = server.secure ? await adminConnect(server, "unit-fleet-play") : await connect({ servers: server.url, name: "unit-fleet-play" });
     const play = new FleetPlay(nc);
     t.after(() => play.close());
     return play;
@@ -215,13 +317,14 @@ export class FleetPlay {
   }
 
   /**
-   * router serves teamster.submit in queue group "routers". The default
+   * router serves teamster.submit (or opts.subject, such as
+   * teamster.submit.gateway.*) in queue group "routers". The default
    * accepts the attempt for harness codex and then, as the worker that
    * claims it, publishes the claimed event to its replyTo.
    */
-  router(onSubmit) {
+  router(onSubmit, { subject = "teamster.submit" } = {}) {
     return this.serve(
-      "teamster.submit",
+      subject,
       (body, ctx) => {
         this.attempts.push(body);
         if (onSubmit) return onSubmit(body, ctx);

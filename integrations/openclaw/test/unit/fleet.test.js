@@ -1,10 +1,12 @@
 // The plugin's Fleet (its one NATS connection) against a real nats-server:
-// requests, the registry watch on KV TEAMSTER_WORKERS, the durable result in
+// requests, the registry poll of KV TEAMSTER_WORKERS, the durable result in
 // TEAMSTER_RESULTS, and when the connection is released.
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { connect as natsConnect } from "@nats-io/transport-node";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { REGISTRY_POLL_MS, REGISTRY_STREAM } from "../../src/fleet.js";
 import { createTeamsterHarness } from "../../src/harness.js";
 import { createPlugin } from "../../src/plugin.js";
 import { freePort } from "../support/env.js";
@@ -101,7 +103,7 @@ test("supports() follows the fleet's registry in KV TEAMSTER_WORKERS", async (t)
   assert.equal(f.registrySnapshot(), null, "not connected: the registry is unknown");
   assert.match(h.supports(ctx).reason, /registry not read yet/);
   await f.conn();
-  await until(() => f.registrySnapshot()?.liveManifests().length === 1, "the registry watch");
+  await until(() => f.registrySnapshot()?.liveManifests().length === 1, "the registry poll");
   assert.deepEqual(h.supports(ctx), { supported: true, priority: 10 });
   await kv.put("w1", entry("draining"));
   await until(() => f.registry.entries.get("w1")?.entry.state === "draining", "the draining entry");
@@ -117,6 +119,51 @@ test("supports() follows the fleet's registry in KV TEAMSTER_WORKERS", async (t)
   await kv.delete("w1");
   await until(() => f.registrySnapshot()?.liveManifests().length === 0, "the deleted entry");
   assert.equal(h.supports(ctx).supported, false);
+});
+
+test("the registry is polled every heartbeat period, read-only: delete and purge markers and vanished keys leave it", async (t) => {
+  assert.equal(REGISTRY_POLL_MS, 2000, "the workers' heartbeat period (bus.HeartbeatInterval)");
+  const play = await FleetPlay.connect(t, nats);
+  const kv = await play.workers();
+  const jsm = await jetstreamManager(play.nc);
+  const entry = (id) => JSON.stringify({ v: 1, workerId: id, state: "active", harnesses: [{ id: `h-${id}` }] });
+  for (const id of ["p1", "p2", "p3", "p4"]) await kv.put(id, entry(id));
+  let clock = 1_000_000;
+  const { f } = fleetWith(t, {});
+  f.registry.now = () => clock;
+  await f.conn();
+  const keys = () => [...(f.registrySnapshot()?.entries.keys() ?? [])].filter((k) => k.startsWith("p")).sort();
+  await until(() => keys().length === 4, "the four entries");
+  await kv.delete("p1"); // a DEL marker stays in the stream
+  await kv.purge("p2"); // a PURGE marker
+  await jsm.streams.purge(REGISTRY_STREAM, { filter: "$KV.TEAMSTER_WORKERS.p3" }); // gone, as the bucket's TTL removes a key
+  await until(() => keys().join() === "p4", "only p4 left", 5000);
+  // A revision read again is not a heartbeat: the entry ages by the time its
+  // revision was first seen, and a new revision makes it fresh again.
+  const live = () => f.registrySnapshot()?.liveManifests().map((m) => m.id) ?? [];
+  assert.ok(live().includes("h-p4"));
+  clock += 11_000;
+  await new Promise((r) => setTimeout(r, 200)); // several polls of the same revision
+  assert.ok(!live().includes("h-p4"), "no heartbeat for 11 s: not live");
+  await kv.put("p4", entry("p4"));
+  await until(() => live().includes("h-p4"), "the new heartbeat");
+  // The plugin created no consumer on the registry's stream (a KV watch would have).
+  assert.deepEqual(await jsm.consumers.list(REGISTRY_STREAM).next(), []);
+  for (const id of ["p4"]) await kv.delete(id);
+});
+
+test("without a registry bucket the registry stays unknown and is read once the bucket exists", async (t) => {
+  const play = await FleetPlay.connect(t, nats);
+  const jsm = await jetstreamManager(play.nc);
+  await jsm.streams.delete(REGISTRY_STREAM).catch(() => {});
+  const { f } = fleetWith(t, {});
+  await f.conn();
+  await new Promise((r) => setTimeout(r, 200));
+  assert.equal(f.registrySnapshot(), null, "stream not found: unknown, so supports() lets the fleet decide at submit");
+  const kv = await play.workers();
+  await kv.put("late", JSON.stringify({ v: 1, workerId: "late", state: "active", harnesses: [{ id: "codex" }] }));
+  await until(() => f.registrySnapshot()?.entries.has("late"), "the registry once the bucket exists");
+  await kv.delete("late");
 });
 
 test("getResult reads the durable result in TEAMSTER_RESULTS; null while there is none", async (t) => {
