@@ -233,6 +233,13 @@ func (c *Common) Redis(ctx context.Context) (redis.UniversalClient, error) {
 // Sentinels (go-redis's SentinelUsername and SentinelPassword); the
 // primary and replicas take the username and password query parameters,
 // and when the URL has neither, the Sentinels' user and password.
+//
+// In every mode a command ends at its context's deadline
+// (ContextTimeoutEnabled): without it go-redis bounds a read only by its
+// read timeout (3 s) and retries on a new connection, so a call on a Redis
+// that stopped answering returned after some 12 s whatever its deadline.
+// The keeper's renewal rounds and the router's answers to gateways rely on
+// their deadlines.
 func (c *Common) NewRedis() (redis.UniversalClient, error) {
 	rdb, _, err := c.newRedis()
 	return rdb, err
@@ -261,6 +268,7 @@ func (c *Common) newRedis() (redis.UniversalClient, string, error) {
 		if opts.TLSConfig, err = c.redisTLS(opts.TLSConfig); err != nil {
 			return nil, "", err
 		}
+		opts.ContextTimeoutEnabled = true
 		return redis.NewClient(opts), fmt.Sprintf("standalone mode, at %s", opts.Addr), nil
 	case RedisSentinel:
 		opts, err := redis.ParseFailoverURL(c.RedisURL)
@@ -276,6 +284,7 @@ func (c *Common) newRedis() (redis.UniversalClient, string, error) {
 		if opts.TLSConfig, err = c.redisTLS(opts.TLSConfig); err != nil {
 			return nil, "", err
 		}
+		opts.ContextTimeoutEnabled = true
 		where := fmt.Sprintf("sentinel mode, master %q through the Sentinels %s", opts.MasterName, strings.Join(opts.SentinelAddrs, ", "))
 		return redis.NewFailoverClient(opts), where, nil
 	case RedisCluster:
@@ -293,6 +302,7 @@ func (c *Common) newRedis() (redis.UniversalClient, string, error) {
 		if opts.TLSConfig, err = c.redisTLS(opts.TLSConfig); err != nil {
 			return nil, "", err
 		}
+		opts.ContextTimeoutEnabled = true
 		return redis.NewClusterClient(opts), fmt.Sprintf("cluster mode, seeds %s", strings.Join(opts.Addrs, ", ")), nil
 	default:
 		return nil, "", fmt.Errorf("--redis-mode %q (env %s): want %s, %s or %s", c.RedisMode, EnvRedisMode, RedisStandalone, RedisSentinel, RedisCluster)

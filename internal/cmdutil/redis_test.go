@@ -122,6 +122,32 @@ func TestRedisStandaloneWithAnACLUser(t *testing.T) {
 	mustContain(t, err, []string{"standalone mode", r.Addr(), "NOAUTH"})
 }
 
+// A command ends at its context's deadline, well before go-redis's own read
+// timeout (3 s, then three retries on new connections: some 12 s): on a
+// Redis that stopped answering (SIGSTOP), a GET with a 200 ms deadline
+// returns a timeout before 3 s have passed.
+func TestRedisHonoursDeadlines(t *testing.T) {
+	r := startRedisT(t, redisproc.Options{Args: aclArgs, Username: testUser, Password: testPassword})
+	rdb := connectT(t, Common{RedisURL: userURL(t, r.URL())})
+	roundTrip(t, rdb, 1)
+	if err := r.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Resume() })
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := rdb.Get(ctx, "key:0").Err()
+	took := time.Since(start)
+	if err == nil {
+		t.Fatal("a GET on a stopped Redis succeeded")
+	}
+	if took >= 3*time.Second {
+		t.Fatalf("a GET with a 200 ms deadline took %v (%v): the deadline did not reach the socket", took, err)
+	}
+	t.Logf("returned after %v: %v", took.Round(time.Millisecond), err)
+}
+
 // Standalone mode over mutual TLS: --redis-tls-ca verifies the server and
 // --redis-tls-cert and --redis-tls-key are the client certificate it
 // requires; without the CA the server's certificate is not trusted.
