@@ -9,6 +9,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -80,11 +81,18 @@ func TestComposeReferencesExist(t *testing.T) {
 			return
 		}
 		local := p
+		secret := false
 		if clean := filepath.Clean(p); strings.HasPrefix(clean, "secrets"+string(filepath.Separator)) {
-			local = filepath.Join(generatedRoot, clean)
+			local, secret = filepath.Join(generatedRoot, clean), true
 		}
 		fi, err := os.Stat(local)
 		switch {
+		case secret && err == nil && slices.Contains([]string{"ca-key.pem", "passwords.json"}, fi.Name()):
+			t.Errorf("%s %q: a secret that stays on the host (the CA's key, every password) is mounted", what, p)
+		case secret && err == nil && !dir && !strings.HasSuffix(what, ": env_file") && fi.Mode().Perm()&0o004 == 0:
+			// The containers do not run as the file's owner (teamster's
+			// image runs as uid 65532, redis drops to its own user).
+			t.Errorf("%s %q: mode %v, its container's user could not read it", what, p, fi.Mode().Perm())
 		case err != nil:
 			t.Errorf("%s %q: %v", what, p, err)
 		case dir && !fi.IsDir():
@@ -274,7 +282,7 @@ func TestComposeDaemons(t *testing.T) {
 			if mode := env["TEAMSTER_REDIS_MODE"]; mode != "sentinel" {
 				t.Errorf("%s: TEAMSTER_REDIS_MODE %q, want sentinel", name, mode)
 			}
-			rs.checkSentinelURL(t, name, env["TEAMSTER_REDIS_URL"])
+			rs.checkDaemonRedis(t, svc, name, credentials.RedisRole(role))
 		}
 	}
 

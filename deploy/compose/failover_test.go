@@ -14,6 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/teamster-fleet/teamster/internal/cmdutil"
+	"github.com/teamster-fleet/teamster/internal/credentials"
 	"github.com/teamster-fleet/teamster/internal/redisproc"
 	"github.com/teamster-fleet/teamster/internal/testenv"
 )
@@ -21,9 +23,17 @@ import (
 // TestShippedRedisFailover runs compose.yaml's Redis as real redis-server
 // processes on loopback: the data nodes with their shipped command lines,
 // the Sentinels with the shipped sentinel.conf and their command lines, only
-// the host names and ports mapped to 127.0.0.1 and free ports. A daemon's
-// TEAMSTER_REDIS_URL, read by redis.ParseFailoverURL and with its Sentinels'
-// addresses mapped the same way, reaches the primary. Then it measures the
+// the host names and ports mapped to 127.0.0.1 and free ports, and the
+// mounted secrets to credentials generated for the test (internal/credentials:
+// the CA, each node's certificate, the ACL users; one test-only admin user
+// is added to the generated ACL files, for the test's own inspection). So
+// everything speaks TLS, replicas log in as the replication user, Sentinels
+// as the sentinel user. A router's shipped TEAMSTER_REDIS_URL, its
+// Sentinels' addresses mapped the same way, read by internal/cmdutil in
+// sentinel mode with the CA and the router role's generated password file,
+// reaches the primary. At the
+// end, no server refused any of the shipped users anything (ACL LOG). Then
+// it measures the
 // two failover terms of the fencing inequality that the settings decide
 // (timing_test.go computes their bounds):
 //
@@ -50,7 +60,18 @@ func TestShippedRedisFailover(t *testing.T) {
 			replicas = append(replicas, name)
 		}
 	}
-	password := rs.nodes[primary].password
+	g := genRedisSecrets(t, rs, master)
+	const adminUser, adminPass = "test-admin", "test-admin-password"
+	for _, f := range []string{g.acl.ACLFile, g.acl.SentinelConf} {
+		appendLine(t, f, "user "+adminUser+" on >"+adminPass+" ~* &* +@all")
+	}
+	tlsCfg, err := (&redisproc.TLS{CAFile: g.ca.CertFile}).ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverTLS := func(name string) *redisproc.TLS {
+		return &redisproc.TLS{CAFile: g.ca.CertFile, CertFile: filepath.Join(g.root, "tls", name+".pem"), KeyFile: filepath.Join(g.root, "tls", name+"-key.pem")}
+	}
 	anySentinel := rs.sentinels[sortedKeys(rs.sentinels)[0]]
 	downAfterMs, err := strconv.Atoi(anySentinel.settings.sentinelOf("down-after-milliseconds", master))
 	if err != nil {
@@ -76,9 +97,9 @@ func TestShippedRedisFailover(t *testing.T) {
 	procs := map[string]*redisproc.Redis{}
 	direct := map[string]*redis.Client{}
 	for _, name := range append([]string{primary}, replicas...) {
-		procs[name] = startRedis(t, dir, redisproc.Options{Port: ports[name], Password: password,
-			Args: loopbackDataArgs(t, rs.nodes[name], ports, filepath.Join(dir, name))})
-		direct[name] = redis.NewClient(&redis.Options{Addr: loopback(ports[name]), Password: password, MaxRetries: -1,
+		procs[name] = startRedis(t, dir, redisproc.Options{Port: ports[name], Username: adminUser, Password: adminPass, TLS: serverTLS(name),
+			Args: loopbackDataArgs(t, rs.nodes[name], c.Services[name], g, ports, filepath.Join(dir, name))})
+		direct[name] = redis.NewClient(&redis.Options{Addr: loopback(ports[name]), Username: adminUser, Password: adminPass, TLSConfig: tlsCfg, MaxRetries: -1,
 			DialTimeout: 500 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond})
 		t.Cleanup(func() { direct[name].Close() })
 	}
@@ -101,14 +122,16 @@ func TestShippedRedisFailover(t *testing.T) {
 
 	for _, name := range sortedKeys(rs.sentinels) {
 		conf := filepath.Join(dir, name+".conf")
-		if err := os.WriteFile(conf, []byte(loopbackSentinelConf(t, rs.sentinels[name], ports, dir)), 0o600); err != nil {
+		if err := os.WriteFile(conf, []byte(loopbackSentinelConf(t, rs.sentinels[name], c.Services[name], g, ports, dir)), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		procs[name] = startRedis(t, dir, redisproc.Options{Port: ports[name], Password: rs.sentinels[name].password,
+		procs[name] = startRedis(t, dir, redisproc.Options{Port: ports[name], Username: adminUser, Password: adminPass, TLS: serverTLS(name),
 			ConfigFile: conf, Sentinel: true})
 	}
+	sentinels := map[string]*redis.SentinelClient{}
 	for _, name := range sortedKeys(rs.sentinels) {
-		sc := redis.NewSentinelClient(&redis.Options{Addr: loopback(ports[name]), Password: rs.sentinels[name].password, MaxRetries: -1})
+		sc := redis.NewSentinelClient(&redis.Options{Addr: loopback(ports[name]), Username: adminUser, Password: adminPass, TLSConfig: tlsCfg, MaxRetries: -1})
+		sentinels[name] = sc
 		t.Cleanup(func() { sc.Close() })
 		waitUntil(t, name+" knows the replicas and the other Sentinels and has a quorum", func() bool {
 			reps, err1 := sc.Replicas(ctx, master).Result()
@@ -118,19 +141,22 @@ func TestShippedRedisFailover(t *testing.T) {
 		})
 	}
 
-	// A daemon's URL, with its Sentinels on loopback.
+	// A router's shipped Redis settings, its Sentinels mapped to loopback,
+	// read as the router reads them: its URL, the generated password file
+	// of its role, the CA.
 	daemon := c.byRole("router")[0]
-	opts, err := redis.ParseFailoverURL(c.Services[daemon].Environment["TEAMSTER_REDIS_URL"])
+	daemonURL := c.Services[daemon].Environment["TEAMSTER_REDIS_URL"]
+	for _, name := range sortedKeys(rs.sentinels) {
+		daemonURL = strings.ReplaceAll(daemonURL, net.JoinHostPort(name, strconv.Itoa(rs.sentinels[name].port)), loopback(ports[name]))
+	}
+	common := cmdutil.Common{RedisURL: daemonURL, RedisMode: cmdutil.RedisSentinel, RedisCA: g.ca.CertFile,
+		RedisPasswordFile: g.acl.DaemonPasswordFile(credentials.RedisRouter)}
+	rdb, err := common.NewRedis()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, a := range opts.SentinelAddrs {
-		host, _, _ := net.SplitHostPort(a)
-		opts.SentinelAddrs[i] = loopback(ports[host])
-	}
-	rdb := redis.NewFailoverClient(opts)
 	t.Cleanup(func() { rdb.Close() })
-	if err := rdb.Set(ctx, "teamster:test", "before", 0).Err(); err != nil {
+	if err := rdb.Set(ctx, testKey, "before", 0).Err(); err != nil {
 		t.Fatalf("%s's TEAMSTER_REDIS_URL does not reach the primary through the Sentinels: %v", daemon, err)
 	}
 
@@ -141,7 +167,7 @@ func TestShippedRedisFailover(t *testing.T) {
 	}
 	var refused time.Duration
 	for i := 0; ; i++ {
-		err := rdb.Set(ctx, "teamster:test", i, 0).Err()
+		err := rdb.Set(ctx, testKey, i, 0).Err()
 		if err != nil && strings.HasPrefix(err.Error(), "NOREPLICAS") {
 			refused = time.Since(cut)
 			break
@@ -161,7 +187,7 @@ func TestShippedRedisFailover(t *testing.T) {
 	if refused > aBound+300*time.Millisecond {
 		t.Errorf("A: the primary accepted writes for %s with its replicas frozen, over min-replicas-max-lag + 2 s = %s", refused, aBound)
 	}
-	waitUntil(t, "writes are accepted again once the replicas run", func() bool { return rdb.Set(ctx, "teamster:test", "A", 0).Err() == nil })
+	waitUntil(t, "writes are accepted again once the replicas run", func() bool { return rdb.Set(ctx, testKey, "A", 0).Err() == nil })
 	for _, r := range replicas {
 		waitUntil(t, r+" replicates again", func() bool { return linked(r) })
 	}
@@ -189,7 +215,7 @@ func TestShippedRedisFailover(t *testing.T) {
 			}
 			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			w := write{start: time.Now()}
-			w.err = rdb.Set(wctx, "teamster:w", i, 0).Err()
+			w.err = rdb.Set(wctx, testKeyW, i, 0).Err()
 			w.end = time.Now()
 			cancel()
 			select {
@@ -214,7 +240,7 @@ func TestShippedRedisFailover(t *testing.T) {
 		return false
 	})
 	d := time.Since(cut)
-	waitUntil(t, daemon+"'s URL writes to the promoted replica", func() bool { return rdb.Set(ctx, "teamster:test", "D", 0).Err() == nil })
+	waitUntil(t, daemon+"'s URL writes to the promoted replica", func() bool { return rdb.Set(ctx, testKey, "D", 0).Err() == nil })
 	stop()
 	var longest time.Duration
 	var failed []string
@@ -229,7 +255,7 @@ func TestShippedRedisFailover(t *testing.T) {
 	if d < downAfter-100*time.Millisecond {
 		t.Errorf("D: %s was promoted %s after the primary froze, before down-after-milliseconds (%s)", promoted, d, downAfter)
 	}
-	if got, err := direct[promoted].Get(ctx, "teamster:test").Result(); err != nil || got != "D" {
+	if got, err := direct[promoted].Get(ctx, testKey).Result(); err != nil || got != "D" {
 		t.Errorf("the promoted %s has %q, %v, want the write made through the URL", promoted, got, err)
 	}
 
@@ -237,33 +263,103 @@ func TestShippedRedisFailover(t *testing.T) {
 	// new one. Meanwhile it should refuse writes, having no replica left
 	// (logged, not asserted: the order in which it learns that is Redis's).
 	resume(t, procs[primary])
-	t.Logf("the old primary, running again, answers a write with: %v", direct[primary].Set(ctx, "teamster:test", "stale", 0).Err())
+	t.Logf("the old primary, running again, answers a write with: %v", direct[primary].Set(ctx, testKey, "stale", 0).Err())
 	waitUntil(t, "the Sentinels turn the old primary into a replica", func() bool { return role(primary) == "slave" && linked(primary) })
-	if got, err := direct[primary].Get(ctx, "teamster:test").Result(); err != nil || got != "D" {
+	if got, err := direct[primary].Get(ctx, testKey).Result(); err != nil || got != "D" {
 		t.Errorf("the old primary, now a replica, has %q, %v, want the new primary's value", got, err)
 	}
+
+	// Through all of it (replication, monitoring, the failover, the
+	// reconfiguration, the router's writes) no server refused a shipped
+	// user anything.
+	for _, name := range append(sortedKeys(rs.nodes), sortedKeys(rs.sentinels)...) {
+		var do func(args ...any) *redis.Cmd
+		if sc, ok := sentinels[name]; ok {
+			do = func(args ...any) *redis.Cmd { cmd := redis.NewCmd(ctx, args...); _ = sc.Process(ctx, cmd); return cmd }
+		} else {
+			do = func(args ...any) *redis.Cmd { return direct[name].Do(ctx, args...) }
+		}
+		log := do("ACL", "LOG")
+		for try := 0; log.Err() != nil && try < 20; try++ { // a connection the pause broke
+			time.Sleep(50 * time.Millisecond)
+			log = do("ACL", "LOG")
+		}
+		denied, err := redisproc.ACLDenials(log)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for _, d := range denied {
+			t.Errorf("%s refused %s", name, d)
+		}
+	}
+}
+
+// The keys the test writes through the router's URL: under the router's
+// key patterns (a session's teamster:{...}: keys).
+const (
+	testKey  = "teamster:{failover-test}:v"
+	testKeyW = "teamster:{failover-test}:w"
+)
+
+func appendLine(t *testing.T, file, line string) {
+	t.Helper()
+	f, err := os.OpenFile(file, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(line + "\n"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// secretSettings are the settings that name a mounted secret file.
+var secretSettings = map[string]bool{"tls-cert-file": true, "tls-key-file": true, "tls-ca-cert-file": true, "aclfile": true, "include": true}
+
+// localSecret maps a setting's mounted file to the test's generated one.
+func localSecret(t *testing.T, node string, svc *composeService, g *redisSecrets, setting string, args []string) []string {
+	t.Helper()
+	if len(args) != 1 {
+		t.Fatalf("%s: %s %q: want one file", node, setting, args)
+	}
+	local, ok := g.local(svc, args[0])
+	if !ok {
+		t.Fatalf("%s: %s %s is not bind-mounted", node, setting, args[0])
+	}
+	return []string{local}
+}
+
+// listen are the settings of a node listening on port: TLS only when its
+// shipped settings have a tls-port.
+func listen(d directives, port int) [][2]string {
+	if d.value("tls-port") != "" {
+		return [][2]string{{"port", "0"}, {"tls-port", strconv.Itoa(port)}}
+	}
+	return [][2]string{{"port", strconv.Itoa(port)}}
 }
 
 func loopback(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
 
 // loopbackDataArgs is a data node's shipped command line with the other
-// nodes' names mapped to their loopback ports, listening on its own and
-// keeping its files in dir.
-func loopbackDataArgs(t *testing.T, n *dataNode, ports map[string]int, dir string) []string {
+// nodes' names mapped to their loopback ports, the mounted secrets to the
+// generated ones, listening on its own port and keeping its files in dir.
+func loopbackDataArgs(t *testing.T, n *dataNode, svc *composeService, g *redisSecrets, ports map[string]int, dir string) []string {
 	t.Helper()
 	var args []string
 	for _, d := range n.settings {
 		a := d.args
-		switch strings.ToLower(d.name) {
-		case "port", "bind", "dir":
+		switch name := strings.ToLower(d.name); {
+		case name == "port" || name == "tls-port" || name == "bind" || name == "dir":
 			continue
-		case "replicaof", "slaveof":
+		case secretSettings[name]:
+			a = localSecret(t, n.name, svc, g, name, a)
+		case name == "replicaof" || name == "slaveof":
 			p, ok := ports[a[0]]
 			if !ok || len(a) != 2 {
 				t.Fatalf("%s: --%s %q: not a data node", n.name, d.name, a)
 			}
 			a = []string{"127.0.0.1", strconv.Itoa(p)}
-		case "replica-announce-ip", "slave-announce-ip":
+		case name == "replica-announce-ip" || name == "slave-announce-ip":
 			a = []string{"127.0.0.1"}
 		}
 		args = append(append(args, "--"+d.name), a...)
@@ -271,20 +367,29 @@ func loopbackDataArgs(t *testing.T, n *dataNode, ports map[string]int, dir strin
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return append(args, "--port", strconv.Itoa(ports[n.name]), "--bind", "127.0.0.1", "--dir", dir)
+	for _, l := range listen(n.settings, ports[n.name]) {
+		args = append(args, "--"+l[0], l[1])
+	}
+	return append(args, "--bind", "127.0.0.1", "--dir", dir)
 }
 
 // loopbackSentinelConf is a Sentinel's shipped configuration (template and
-// command line) with the names mapped to their loopback ports.
-func loopbackSentinelConf(t *testing.T, sn *sentinelNode, ports map[string]int, dir string) string {
+// command line) with the names mapped to their loopback ports and the
+// mounted secrets to the generated ones.
+func loopbackSentinelConf(t *testing.T, sn *sentinelNode, svc *composeService, g *redisSecrets, ports map[string]int, dir string) string {
 	t.Helper()
-	lines := []string{"port " + strconv.Itoa(ports[sn.name]), "bind 127.0.0.1", "dir " + dir}
+	lines := []string{"bind 127.0.0.1", "dir " + dir}
+	for _, l := range listen(sn.settings, ports[sn.name]) {
+		lines = append(lines, l[0]+" "+l[1])
+	}
 	for _, d := range sn.settings {
 		a := append([]string(nil), d.args...)
-		switch strings.ToLower(d.name) {
-		case "port", "bind", "dir":
+		switch name := strings.ToLower(d.name); {
+		case name == "port" || name == "tls-port" || name == "bind" || name == "dir":
 			continue
-		case "sentinel":
+		case secretSettings[name]:
+			a = localSecret(t, sn.name, svc, g, name, a)
+		case name == "sentinel":
 			switch {
 			case len(a) == 0: // --sentinel: the mode, given on the command line
 				continue

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/teamster-fleet/teamster/internal/credentials"
 )
 
 // directive is one Redis setting: "--name a b" on the command line, or the
@@ -179,9 +182,8 @@ func (s *composeService) redisServer() (args []string, copies map[string]string,
 type dataNode struct {
 	name      string
 	settings  directives // its command line
-	port      int
-	password  string   // --requirepass
-	replicaOf []string // --replicaof host port, nil for the primary
+	port      int        // --tls-port (--port when it has none)
+	replicaOf []string   // --replicaof host port, nil for the primary
 }
 
 // sentinelNode is a Sentinel of compose.yaml.
@@ -190,8 +192,18 @@ type sentinelNode struct {
 	conf     string     // the configuration file redis-server reads
 	template string     // the local file conf is copied from
 	settings directives // the template's, then the command line's
-	port     int
-	password string // requirepass
+	port     int        // tls-port (port when it has none)
+}
+
+// listenPort is the port a node's clients reach: tls-port, or port when
+// the node has no TLS port (def when neither is set).
+func listenPort(d directives, def int) (int, error) {
+	for _, name := range []string{"tls-port", "port"} {
+		if p := d.value(name); p != "" && p != "0" {
+			return strconv.Atoi(p)
+		}
+	}
+	return def, nil
 }
 
 // redisSet is the Redis of compose.yaml: the data nodes and the Sentinels.
@@ -217,11 +229,9 @@ func (c *composeSpec) redisSet(t *testing.T) *redisSet {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		n := &dataNode{name: name, settings: d, port: 6379, password: d.value("requirepass")}
-		if p := d.value("port"); p != "" {
-			if n.port, err = strconv.Atoi(p); err != nil {
-				t.Fatalf("%s: --port %q", name, p)
-			}
+		n := &dataNode{name: name, settings: d}
+		if n.port, err = listenPort(d, 6379); err != nil {
+			t.Fatalf("%s: --tls-port/--port: %v", name, err)
 		}
 		if r, ok := d.last("replicaof"); ok {
 			n.replicaOf = r
@@ -258,11 +268,8 @@ func (c *composeSpec) redisSet(t *testing.T) *redisSet {
 			t.Fatalf("%s: %v", name, err)
 		}
 		sn.settings = append(fromFile, fromArgs...)
-		sn.password = sn.settings.value("requirepass")
-		if p := sn.settings.value("port"); p != "" {
-			if sn.port, err = strconv.Atoi(p); err != nil {
-				t.Fatalf("%s: port %q", name, p)
-			}
+		if sn.port, err = listenPort(sn.settings, 26379); err != nil {
+			t.Fatalf("%s: tls-port/port: %v", name, err)
 		}
 		rs.sentinels[name] = sn
 	}
@@ -328,17 +335,18 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 // TestComposeRedisDataNodes checks the data nodes: the settings the fleet
-// relies on, on every node (any of them may be promoted), one password, one
-// primary that the others replicate, and min-replicas-to-write, which bounds
-// how long a cut-off primary accepts writes (A in the inequality that
-// timing_test.go checks).
+// relies on, on every node (any of them may be promoted), TLS only, one set
+// of generated users and no password on the command line, one primary that
+// the others replicate, and min-replicas-to-write, which bounds how long a
+// cut-off primary accepts writes (A in the inequality that timing_test.go
+// checks).
 func TestComposeRedisDataNodes(t *testing.T) {
 	c := loadCompose(t)
 	rs := c.redisSet(t)
 	if len(rs.nodes) < 3 {
 		t.Errorf("%d data nodes: a primary and two replicas, so that losing one node leaves a primary with a replica", len(rs.nodes))
 	}
-	password := ""
+	g := genRedisSecrets(t, rs, rs.master(t))
 	for _, name := range sortedKeys(rs.nodes) {
 		n, svc := rs.nodes[name], c.Services[name]
 		for setting, want := range map[string]string{
@@ -353,23 +361,33 @@ func TestComposeRedisDataNodes(t *testing.T) {
 				t.Errorf("%s: --%s %q, want %q", name, setting, got, want)
 			}
 		}
-		switch {
-		case n.password == "":
-			t.Errorf("%s: no --requirepass", name)
-		case password == "":
-			password = n.password
-		case n.password != password:
-			t.Errorf("%s: --requirepass differs from the other data nodes': the Sentinels' auth-pass and the daemons' URL hold one password for whichever node is the primary", name)
+		// No password in the committed file: the users (one set for
+		// whichever node is the primary) are the generated ACL file, the
+		// replication login the generated include.
+		for _, setting := range []string{"requirepass", "masterauth", "user"} {
+			if _, ok := n.settings.last(setting); ok {
+				t.Errorf("%s: --%s on the command line: a secret in the committed compose.yaml (the users are in the generated --aclfile, masterauth in the generated --include)", name, setting)
+			}
 		}
-		if got := n.settings.value("masterauth"); got != n.password {
-			t.Errorf("%s: --masterauth is not the data nodes' --requirepass: as a replica (now or after a failover) it could not log in to the primary", name)
+		g.checkTLS(t, svc, name, n.settings)
+		for setting, want := range map[string]string{
+			"aclfile": "secrets/redis/users.acl",
+			"include": "secrets/redis/node.conf",
+		} {
+			if src, ok := svc.mountOf(n.settings.value(setting)); !ok || filepath.Clean(src) != want {
+				t.Errorf("%s: --%s %q is mounted from %q, want %s (teamster credentials)", name, setting, n.settings.value(setting), src, want)
+			}
 		}
-		if got := svc.Environment["REDISCLI_AUTH"]; got != n.password {
-			t.Errorf("%s: REDISCLI_AUTH is not its --requirepass, so its healthcheck cannot log in", name)
+		// As a replica (now or after a failover) it logs in to the primary
+		// as the replication user, with its generated password.
+		if inc, ok := g.local(svc, n.settings.value("include")); ok {
+			d, err := parseConfigFile(inc)
+			repl, _ := g.acl.Principal(credentials.RedisReplication)
+			if err != nil || d.value("masteruser") != repl.User || d.value("masterauth") != repl.Password {
+				t.Errorf("%s: the included %s does not log a replica in as %s (%v)", name, inc, repl.User, err)
+			}
 		}
-		if svc.Healthcheck == nil {
-			t.Errorf("%s: no healthcheck (routers and workers wait for service_healthy)", name)
-		}
+		g.checkHealthcheck(t, svc, name)
 		dir := n.settings.value("dir")
 		if dir == "" {
 			dir = "/data" // the redis image's working directory
@@ -412,8 +430,10 @@ func TestComposeRedisDataNodes(t *testing.T) {
 
 // TestComposeSentinels checks the Sentinels: each reads a writable copy of
 // a read-only template, monitors the primary under one name with a majority
-// quorum, logs in to the data nodes with their password, and requires a
-// password of its own, the same on all (they use it with one another).
+// quorum, speaks TLS only, logs in to the data nodes and to the other
+// Sentinels as the generated sentinel user, and lets no one in without a
+// generated user of its own (the default user is off), with no secret in
+// the committed files.
 func TestComposeSentinels(t *testing.T) {
 	c := loadCompose(t)
 	rs := c.redisSet(t)
@@ -424,7 +444,8 @@ func TestComposeSentinels(t *testing.T) {
 	if len(rs.sentinels) < 3 {
 		t.Errorf("%d Sentinels: want at least 3, so that a majority survives the loss of one", len(rs.sentinels))
 	}
-	master, password := rs.master(t), ""
+	master := rs.master(t)
+	g := genRedisSecrets(t, rs, master)
 	for _, name := range sortedKeys(rs.sentinels) {
 		sn, svc := rs.sentinels[name], c.Services[name]
 		args, copies, _ := svc.redisServer()
@@ -469,9 +490,6 @@ func TestComposeSentinels(t *testing.T) {
 		if majority := len(rs.sentinels)/2 + 1; m.quorum != majority {
 			t.Errorf("%s: quorum %d, want %d of %d Sentinels (a majority: the loss of one does not prevent a failover, and a minority cut off cannot start one)", name, m.quorum, majority, len(rs.sentinels))
 		}
-		if got := sn.settings.sentinelOf("auth-pass", m.master); got != rs.nodes[primary].password {
-			t.Errorf("%s: sentinel auth-pass %s is not the data nodes' --requirepass", name, m.master)
-		}
 		downAfter, err := strconv.Atoi(sn.settings.sentinelOf("down-after-milliseconds", m.master))
 		if err != nil || downAfter <= 0 {
 			t.Errorf("%s: no sentinel down-after-milliseconds %s (D in the fencing inequality)", name, m.master)
@@ -483,31 +501,61 @@ func TestComposeSentinels(t *testing.T) {
 			t.Errorf("%s: sentinel parallel-syncs %s %q, want 1", name, m.master, got)
 		}
 
-		switch {
-		case sn.password == "":
-			t.Errorf("%s: no requirepass: anyone who reaches a Sentinel could reconfigure the primary", name)
-		case sn.password == rs.nodes[primary].password:
-			t.Errorf("%s: requirepass is the data nodes' password; give the Sentinels their own", name)
-		case password == "":
-			password = sn.password
-		case sn.password != password:
-			t.Errorf("%s: requirepass differs from the other Sentinels': they authenticate to one another with their own", name)
+		// No secret in the committed files; the users and the Sentinel's
+		// own logins come from the generated include.
+		for _, d := range sn.settings {
+			if strings.EqualFold(d.name, "requirepass") || strings.EqualFold(d.name, "user") ||
+				(strings.EqualFold(d.name, "sentinel") && len(d.args) > 0 && strings.HasSuffix(strings.ToLower(d.args[0]), "-pass")) {
+				t.Errorf("%s: %s %s in the committed files: a secret (it belongs in the generated include)", name, d.name, strings.Join(d.args[:min(1, len(d.args))], " "))
+			}
 		}
-		if got := svc.Environment["REDISCLI_AUTH"]; got != sn.password {
-			t.Errorf("%s: REDISCLI_AUTH is not its requirepass, so its healthcheck cannot log in", name)
+		g.checkTLS(t, svc, name, sn.settings)
+		inc := sn.settings.value("include")
+		if src, ok := svc.mountOf(inc); !ok || filepath.Clean(src) != "secrets/redis/sentinel.conf" {
+			t.Errorf("%s: include %q is mounted from %q, want secrets/redis/sentinel.conf (teamster credentials)", name, inc, src)
+		} else {
+			local, _ := g.local(svc, inc)
+			d, err := parseConfigFile(local)
+			sentinelUser, _ := g.acl.Principal(credentials.RedisSentinel)
+			if err != nil {
+				t.Errorf("%s: %v", name, err)
+			} else {
+				if got := d.sentinelOf("auth-user", m.master); got != sentinelUser.User {
+					t.Errorf("%s: sentinel auth-user %s %q, want the generated %s user (the data nodes have no default user)", name, m.master, got, sentinelUser.User)
+				}
+				if got := d.sentinelOf("auth-pass", m.master); got != sentinelUser.Password {
+					t.Errorf("%s: sentinel auth-pass %s is not the generated sentinel user's password", name, m.master)
+				}
+				if a, _ := d.sentinel("sentinel-user"); len(a) != 1 || a[0] != sentinelUser.User {
+					t.Errorf("%s: sentinel sentinel-user %q, want %s: the Sentinels log in to one another", name, a, sentinelUser.User)
+				}
+				if a, _ := d.sentinel("sentinel-pass"); len(a) != 1 || a[0] != sentinelUser.Password {
+					t.Errorf("%s: sentinel sentinel-pass is not the sentinel user's password", name)
+				}
+				if a, ok := d.last("user"); !ok || len(a) == 0 {
+					t.Errorf("%s: the include defines no user", name)
+				}
+				if a := d.userRules("default"); !slices.Contains(a, "off") {
+					t.Errorf("%s: the default user is %q, want off: anyone who reaches a Sentinel could reconfigure the primary", name, a)
+				}
+			}
 		}
-		if svc.Healthcheck == nil {
-			t.Errorf("%s: no healthcheck (routers and workers wait for service_healthy)", name)
-		}
+		g.checkHealthcheck(t, svc, name)
 	}
 }
 
-// checkSentinelURL checks a daemon's TEAMSTER_REDIS_URL in sentinel mode:
-// redis.ParseFailoverURL reads it (as internal/cmdutil does); it names
-// every Sentinel, the master name they monitor, the Sentinels' password in
-// its user information and the data nodes' in its password parameter.
-func (rs *redisSet) checkSentinelURL(t *testing.T, service, raw string) {
+// checkDaemonRedis checks a daemon's Redis settings, for role (router or
+// worker): TEAMSTER_REDIS_URL is what credentials.RedisSentinelURL writes
+// for the role's generated user without a password, with the shipped
+// Sentinels in some order and the master name they monitor, so rediss://
+// (TLS) with its dial timeout and no CLIENT SETINFO; redis.ParseFailoverURL
+// reads it (as internal/cmdutil does). It names no password: the password
+// is TEAMSTER_REDIS_PASSWORD_FILE, mounted from the role's generated file
+// (and no other role's is mounted); the CA is the deployment's.
+func (rs *redisSet) checkDaemonRedis(t *testing.T, svc *composeService, service string, role credentials.RedisRole) {
 	t.Helper()
+	env := svc.Environment
+	raw := env["TEAMSTER_REDIS_URL"]
 	o, err := redis.ParseFailoverURL(raw)
 	if err != nil {
 		t.Errorf("%s: TEAMSTER_REDIS_URL: %v", service, err)
@@ -522,17 +570,126 @@ func (rs *redisSet) checkSentinelURL(t *testing.T, service, raw string) {
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("%s: TEAMSTER_REDIS_URL's Sentinels (-sentinel services +URL):\n%s", service, d)
 	}
-	if m := rs.master(t); o.MasterName != m {
-		t.Errorf("%s: TEAMSTER_REDIS_URL's master_name %q, want %q (what the Sentinels monitor)", service, o.MasterName, m)
+	if o.SentinelPassword != "" || o.Password != "" {
+		t.Errorf("%s: TEAMSTER_REDIS_URL carries a password: a secret in the committed compose.yaml (TEAMSTER_REDIS_PASSWORD_FILE gives it)", service)
 	}
-	anySentinel := rs.sentinels[sortedKeys(rs.sentinels)[0]]
-	if o.SentinelUsername != "" || o.SentinelPassword != anySentinel.password {
-		t.Errorf("%s: TEAMSTER_REDIS_URL's user information is not the Sentinels' requirepass (go-redis uses it for the Sentinels)", service)
+	if w := credentials.RedisSentinelURL(credentials.RedisPrincipal{User: string(role)}, rs.master(t), o.SentinelAddrs); raw != w {
+		t.Errorf("%s: TEAMSTER_REDIS_URL\n  %s\nwant (the %s user, the master the Sentinels monitor, TLS)\n  %s", service, raw, role, w)
 	}
-	primary := rs.primary()
-	if primary == "" {
-		t.Errorf("%s: no single primary to compare the password with", service)
-	} else if o.Username != "" || o.Password != rs.nodes[primary].password {
-		t.Errorf("%s: TEAMSTER_REDIS_URL's password= parameter is not the data nodes' --requirepass (go-redis uses it for the primary)", service)
+	if src, ok := svc.mountOf(env["TEAMSTER_REDIS_PASSWORD_FILE"]); !ok || filepath.Clean(src) != filepath.Join("secrets", "redis", string(role)+".password") {
+		t.Errorf("%s: TEAMSTER_REDIS_PASSWORD_FILE %q is mounted from %q, want secrets/redis/%s.password", service, env["TEAMSTER_REDIS_PASSWORD_FILE"], src, role)
+	}
+	if ca, ok := svc.mountOf(env["TEAMSTER_REDIS_TLS_CA"]); !ok || filepath.Clean(ca) != filepath.Join("secrets", "tls", "ca.pem") {
+		t.Errorf("%s: TEAMSTER_REDIS_TLS_CA %q is mounted from %q, want secrets/tls/ca.pem", service, env["TEAMSTER_REDIS_TLS_CA"], ca)
+	}
+	for _, m := range svc.Volumes {
+		if strings.HasPrefix(filepath.Clean(m.Source), filepath.Join("secrets", "redis")) && filepath.Base(m.Source) != string(role)+".password" {
+			t.Errorf("%s: mounts %s, not its own Redis secret", service, m.Source)
+		}
+	}
+}
+
+// userRules are the rules of the last "user <name> ..." directive.
+func (d directives) userRules(name string) []string {
+	for i := len(d) - 1; i >= 0; i-- {
+		if strings.EqualFold(d[i].name, "user") && len(d[i].args) > 0 && d[i].args[0] == name {
+			return d[i].args[1:]
+		}
+	}
+	return nil
+}
+
+// redisSecrets are Redis credentials generated for a test with
+// internal/credentials, laid out as compose mounts them from ./secrets: the
+// CA and a certificate per data node and Sentinel in <root>/tls, the ACL
+// files in <root>/redis.
+type redisSecrets struct {
+	root string
+	ca   *credentials.CA
+	acl  *credentials.RedisACL
+}
+
+func genRedisSecrets(t *testing.T, rs *redisSet, master string) *redisSecrets {
+	t.Helper()
+	root := filepath.Join(t.TempDir(), "secrets")
+	ca, err := credentials.EnsureCA(filepath.Join(root, "tls"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range append(sortedKeys(rs.nodes), sortedKeys(rs.sentinels)...) {
+		if _, _, err := ca.EnsureServer(filepath.Join(root, "tls"), name, []string{name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	acl, err := credentials.EnsureRedisACL(filepath.Join(root, "redis"), master, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &redisSecrets{root: root, ca: ca, acl: acl}
+}
+
+// local is the file service svc mounts at target: in the generated
+// directory when compose mounts it from ./secrets/.
+func (g *redisSecrets) local(svc *composeService, target string) (string, bool) {
+	src, ok := svc.mountOf(target)
+	if !ok {
+		return "", false
+	}
+	if rest, ok := strings.CutPrefix(filepath.Clean(src), "secrets"+string(filepath.Separator)); ok {
+		return filepath.Join(g.root, rest), true
+	}
+	return src, true
+}
+
+// checkTLS checks that a data node or a Sentinel speaks TLS only, with its
+// own generated certificate, verifying peers against the deployment's CA,
+// TLS on its own links too (replication, Sentinel to node and to Sentinel),
+// and asks clients for no certificate (they log in as an ACL user).
+func (g *redisSecrets) checkTLS(t *testing.T, svc *composeService, name string, d directives) {
+	t.Helper()
+	if d.value("port") != "0" || d.value("tls-port") == "" {
+		t.Errorf("%s: port %q, tls-port %q: want port 0 and a tls-port (TLS only)", name, d.value("port"), d.value("tls-port"))
+	}
+	for setting, want := range map[string]string{"tls-replication": "yes", "tls-auth-clients": "no"} {
+		if got := d.value(setting); got != want {
+			t.Errorf("%s: %s %q, want %s", name, setting, got, want)
+		}
+	}
+	for setting, want := range map[string]string{
+		"tls-cert-file":    "secrets/tls/" + name + ".pem",
+		"tls-key-file":     "secrets/tls/" + name + "-key.pem",
+		"tls-ca-cert-file": "secrets/tls/ca.pem",
+	} {
+		if src, ok := svc.mountOf(d.value(setting)); !ok || filepath.Clean(src) != want {
+			t.Errorf("%s: %s %q is mounted from %q, want %s (teamster credentials)", name, setting, d.value(setting), src, want)
+		}
+	}
+}
+
+// checkHealthcheck checks that a service's healthcheck logs in over TLS as
+// the generated healthcheck user, its password (REDISCLI_AUTH) from the
+// generated env file.
+func (g *redisSecrets) checkHealthcheck(t *testing.T, svc *composeService, name string) {
+	t.Helper()
+	if svc.Healthcheck == nil {
+		t.Errorf("%s: no healthcheck (routers and workers wait for service_healthy)", name)
+		return
+	}
+	test := strings.Join(svc.Healthcheck.Test, " ")
+	if !strings.Contains(test, "--tls") || !strings.Contains(test, "--user "+string(credentials.RedisHealthcheck)) {
+		t.Errorf("%s: healthcheck %q does not log in over TLS as the healthcheck user", name, test)
+	}
+	if _, ok := svc.Environment["REDISCLI_AUTH"]; ok {
+		t.Errorf("%s: REDISCLI_AUTH in the committed compose.yaml: it comes from the generated env file", name)
+	}
+	want := filepath.Join("secrets", "redis", "healthcheck.env")
+	if !slices.ContainsFunc(svc.EnvFile, func(f string) bool { return filepath.Clean(f) == want }) {
+		t.Errorf("%s: env_file %q, want %s (REDISCLI_AUTH, so the healthcheck can log in)", name, svc.EnvFile, want)
+		return
+	}
+	b, err := os.ReadFile(g.acl.HealthcheckEnv)
+	hc, _ := g.acl.Principal(credentials.RedisHealthcheck)
+	if err != nil || strings.TrimSpace(string(b)) != "REDISCLI_AUTH="+hc.Password {
+		t.Errorf("%s: the generated %s does not hold the healthcheck user's password (%v)", name, want, err)
 	}
 }

@@ -88,6 +88,9 @@ type Common struct {
 	NATSNKey  string
 	// NATSInbox is the connection's inbox prefix ("": nats.go's _INBOX).
 	NATSInbox string
+	// RedisPasswordFile holds the password of the URL's user, so that the
+	// URL, which names no secret then, can sit in a committed file.
+	RedisPasswordFile string
 	// Redis TLS beyond what a rediss:// URL carries.
 	RedisCA   string
 	RedisCert string
@@ -101,6 +104,7 @@ func AddCommon(fs *pflag.FlagSet, c *Common) {
 	fs.StringVar(&c.NATSURL, "nats-url", Env(EnvNATSURL, DefaultNATSURL), "NATS server URL(s), comma-separated (env "+EnvNATSURL+")")
 	fs.StringVar(&c.RedisURL, "redis-url", Env(EnvRedisURL, DefaultRedisURL), "Redis URL, redis:// or rediss:// (env "+EnvRedisURL+"); in sentinel mode the Sentinels' (master_name=NAME&addr=host:port for the others), in cluster mode seed nodes' (addr=host:port for the others)")
 	fs.StringVar(&c.RedisMode, "redis-mode", Env(EnvRedisMode, RedisStandalone), "how to reach Redis: standalone, sentinel or cluster (env "+EnvRedisMode+")")
+	fs.StringVar(&c.RedisPasswordFile, "redis-password-file", Env("TEAMSTER_REDIS_PASSWORD_FILE", ""), "file holding the password of --redis-url's user (in sentinel mode the Sentinels' and, without a password= parameter, the data nodes'), for a URL that carries none; one trailing newline is ignored (env TEAMSTER_REDIS_PASSWORD_FILE)")
 	fs.StringVar(&c.RedisCA, "redis-tls-ca", Env("TEAMSTER_REDIS_TLS_CA", ""), "CA certificate(s) to verify Redis with a rediss:// URL (PEM; env TEAMSTER_REDIS_TLS_CA)")
 	fs.StringVar(&c.RedisCert, "redis-tls-cert", Env("TEAMSTER_REDIS_TLS_CERT", ""), "client certificate for Redis mutual TLS (PEM; env TEAMSTER_REDIS_TLS_CERT)")
 	fs.StringVar(&c.RedisKey, "redis-tls-key", Env("TEAMSTER_REDIS_TLS_KEY", ""), "client key for Redis mutual TLS (PEM; env TEAMSTER_REDIS_TLS_KEY)")
@@ -265,6 +269,9 @@ func (c *Common) newRedis() (redis.UniversalClient, string, error) {
 		if err != nil {
 			return nil, "", badURL(err)
 		}
+		if err := c.redisPassword(&opts.Password); err != nil {
+			return nil, "", err
+		}
 		if opts.TLSConfig, err = c.redisTLS(opts.TLSConfig); err != nil {
 			return nil, "", err
 		}
@@ -277,6 +284,9 @@ func (c *Common) newRedis() (redis.UniversalClient, string, error) {
 		}
 		if opts.MasterName == "" {
 			return nil, "", badURL(errors.New("no master_name parameter: the name the Sentinels monitor the primary under"))
+		}
+		if err := c.redisPassword(&opts.SentinelPassword); err != nil {
+			return nil, "", err
 		}
 		if q := mustQuery(c.RedisURL); !q.Has("username") && !q.Has("password") {
 			opts.Username, opts.Password = opts.SentinelUsername, opts.SentinelPassword
@@ -291,6 +301,9 @@ func (c *Common) newRedis() (redis.UniversalClient, string, error) {
 		opts, err := redis.ParseClusterURL(c.RedisURL)
 		if err != nil {
 			return nil, "", badURL(err)
+		}
+		if err := c.redisPassword(&opts.Password); err != nil {
+			return nil, "", err
 		}
 		// go-redis reloads its slot map on MOVED and ASK, but a pipeline
 		// that meets a dead master only fails, until the periodic reload
@@ -307,6 +320,28 @@ func (c *Common) newRedis() (redis.UniversalClient, string, error) {
 	default:
 		return nil, "", fmt.Errorf("--redis-mode %q (env %s): want %s, %s or %s", c.RedisMode, EnvRedisMode, RedisStandalone, RedisSentinel, RedisCluster)
 	}
+}
+
+// redisPassword sets *pw, the password of the URL's user, from
+// --redis-password-file when it is given; a URL with a password of its own
+// as well is an error (which of the two would be meant?).
+func (c *Common) redisPassword(pw *string) error {
+	if c.RedisPasswordFile == "" {
+		return nil
+	}
+	if *pw != "" {
+		return errors.New("--redis-url carries a password and --redis-password-file gives one too: give one")
+	}
+	b, err := os.ReadFile(c.RedisPasswordFile)
+	if err != nil {
+		return fmt.Errorf("--redis-password-file: %w", err)
+	}
+	p := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	if p == "" {
+		return fmt.Errorf("--redis-password-file %s is empty", c.RedisPasswordFile)
+	}
+	*pw = p
+	return nil
 }
 
 // redisTLS adds --redis-tls-ca, --redis-tls-cert and --redis-tls-key to

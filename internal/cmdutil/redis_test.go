@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -122,6 +124,46 @@ func TestRedisStandaloneWithAnACLUser(t *testing.T) {
 	mustContain(t, err, []string{"standalone mode", r.Addr(), "NOAUTH"})
 }
 
+// --redis-password-file gives the password of a URL that names only its
+// user (one trailing newline ignored); a missing or empty file, or a URL
+// with a password of its own too, is an error that names the flag, never
+// the password.
+func TestRedisPasswordFile(t *testing.T) {
+	r := startRedisT(t, redisproc.Options{Args: aclArgs, Username: testUser, Password: testPassword})
+	dir := t.TempDir()
+	file := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	u, err := url.Parse(r.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(testUser)
+	userOnly := u.String()
+	rdb := connectT(t, Common{RedisURL: userOnly, RedisPasswordFile: file("pw", testPassword+"\n")})
+	roundTrip(t, rdb, 1)
+
+	for name, c := range map[string]Common{
+		"missing file":  {RedisURL: userOnly, RedisPasswordFile: filepath.Join(dir, "none")},
+		"empty file":    {RedisURL: userOnly, RedisPasswordFile: file("empty", "\n")},
+		"two passwords": {RedisURL: userURL(t, r.URL()), RedisPasswordFile: file("pw2", testPassword)},
+	} {
+		_, err := c.NewRedis()
+		if err == nil {
+			t.Errorf("%s: no error", name)
+			continue
+		}
+		mustContain(t, err, []string{"--redis-password-file"}, testPassword)
+	}
+	// The wrong password in the file is refused by the server.
+	err = connectErr(t, Common{RedisURL: userOnly, RedisPasswordFile: file("wrong", "not-the-pw")})
+	mustContain(t, err, []string{"WRONGPASS"}, "not-the-pw")
+}
+
 // A command ends at its context's deadline, well before go-redis's own read
 // timeout (3 s, then three retries on new connections: some 12 s): on a
 // Redis that stopped answering (SIGSTOP), a GET with a 200 ms deadline
@@ -233,6 +275,15 @@ func TestRedisSentinelWithOneACLUser(t *testing.T) {
 	rdb := connectT(t, Common{RedisURL: s.URL(), RedisMode: RedisSentinel})
 	roundTrip(t, rdb, 3)
 	isPrimary(t, s, rdb, opts)
+
+	// The same with the password in --redis-password-file: it logs in to
+	// the Sentinels and to the primary.
+	pw := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(pw, []byte(testPassword), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rdb = connectT(t, Common{RedisURL: strings.Replace(s.URL(), ":"+testPassword+"@", "@", 1), RedisMode: RedisSentinel, RedisPasswordFile: pw})
+	roundTrip(t, rdb, 1)
 
 	wrong := strings.Replace(s.URL(), testPassword, "not-the-pw", 1)
 	err := connectErr(t, Common{RedisURL: wrong, RedisMode: RedisSentinel})

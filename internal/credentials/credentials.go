@@ -25,18 +25,22 @@ type Spec struct {
 	// valid for its own name (plus localhost and 127.0.0.1).
 	NATSHosts  []string
 	RedisHosts []string
+	// RedisMaster is the name the Sentinels monitor the primary under
+	// (their sentinel.conf logs in to it as the sentinel user).
+	RedisMaster string
 }
 
 // ComposeSpec is the deployment of deploy/compose/compose.yaml.
 func ComposeSpec() Spec {
 	return Spec{
-		Gateways:   []string{"gateway-1"},
-		Delegates:  []string{"voice-call"},
-		Routers:    []string{"router-1", "router-2"},
-		Workers:    []string{"worker-1", "worker-2", "worker-3"},
-		Operators:  []string{"operator"},
-		NATSHosts:  []string{"nats-1", "nats-2", "nats-3"},
-		RedisHosts: []string{"redis-1", "redis-2", "redis-3", "sentinel-1", "sentinel-2", "sentinel-3"},
+		Gateways:    []string{"gateway-1"},
+		Delegates:   []string{"voice-call"},
+		Routers:     []string{"router-1", "router-2"},
+		Workers:     []string{"worker-1", "worker-2", "worker-3"},
+		Operators:   []string{"operator"},
+		NATSHosts:   []string{"nats-1", "nats-2", "nats-3"},
+		RedisHosts:  []string{"redis-1", "redis-2", "redis-3", "sentinel-1", "sentinel-2", "sentinel-3"},
+		RedisMaster: "teamster",
 	}
 }
 
@@ -78,6 +82,9 @@ type Layout struct {
 	NATSAuth string
 	// CA is tls/ca.pem; Cert(h) and Key(h) a server's certificate and key.
 	CA string
+	// Redis is redis/: the ACL users' files and each daemon role's
+	// password file.
+	Redis *RedisACL
 }
 
 // NKey is the seed file principal p logs in with.
@@ -89,15 +96,25 @@ func (l *Layout) Key(host string) string  { return filepath.Join(l.Dir, "tls", h
 
 // Generate writes what the spec needs into dir and is missing there:
 // dir/nats (auth.conf and a seed per principal), dir/tls (the CA, its key,
-// and a certificate per host), dir/redis (the ACL file and the roles'
-// passwords).
+// and a certificate per host), dir/redis (EnsureRedisACL: the ACL users, the
+// servers' includes, each daemon role's password). dir is created 0700; an
+// existing dir that others may enter is refused, since the files that
+// containers read are 0644 (writeMounted) and only dir keeps them private.
 func Generate(dir string, s Spec) (*Layout, error) {
 	principals, err := s.Principals()
 	if err != nil {
 		return nil, err
 	}
+	if s.RedisMaster == "" {
+		s.RedisMaster = ComposeSpec().RedisMaster
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
+	}
+	if fi, err := os.Stat(dir); err != nil {
+		return nil, err
+	} else if fi.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("%s is mode %04o: other users may enter it and read the keys in it; chmod 700 %s, or give a new directory", dir, fi.Mode().Perm(), dir)
 	}
 	l := &Layout{Dir: dir}
 	if l.NATSAuth, err = EnsureNATS(filepath.Join(dir, "nats"), principals); err != nil {
@@ -113,6 +130,9 @@ func Generate(dir string, s Spec) (*Layout, error) {
 		if _, _, err := ca.EnsureServer(tlsDir, h, []string{h}); err != nil {
 			return nil, fmt.Errorf("tls: %s: %w", h, err)
 		}
+	}
+	if l.Redis, err = EnsureRedisACL(filepath.Join(dir, "redis"), s.RedisMaster, nil); err != nil {
+		return nil, fmt.Errorf("redis: %w", err)
 	}
 	return l, nil
 }

@@ -217,7 +217,7 @@ func ensureNKey(dir string, p Principal) (public string, err error) {
 		if seed, err = kp.Seed(); err != nil {
 			return "", err
 		}
-		if err := writeSecret(path, append(seed, '\n')); err != nil {
+		if err := writeMounted(path, append(seed, '\n')); err != nil {
 			return "", err
 		}
 	} else if err != nil {
@@ -283,7 +283,18 @@ func writeList(b *strings.Builder, key string, subjects []string) {
 	b.WriteString("            ]\n")
 }
 
-// writeSecret writes a file only its owner may read.
+// writeSecret writes a secret that only the host reads (the CA's key, the
+// Redis passwords' store, compose's env file): only its owner may read it.
 func writeSecret(path string, data []byte) error {
 	return os.WriteFile(path, data, 0o600)
+}
+
+// writeMounted writes a secret that a container reads from a bind mount (a
+// seed, a server's key, a role's Redis password). The container's user is
+// not the file's owner (teamster's image runs as uid 65532, redis drops to
+// its redis user), so the file is readable by all (0644); what keeps the
+// host's other users out is the directory it is in, 0700 (Generate refuses
+// one that others may enter).
+func writeMounted(path string, data []byte) error {
+	return os.WriteFile(path, data, 0o644)
 }

@@ -59,7 +59,7 @@ func EnsureCA(dir string) (*CA, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := writeKey(keyFile, key); err != nil {
+	if err := writeKey(keyFile, key, writeSecret); err != nil {
 		return nil, err
 	}
 	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
@@ -90,14 +90,27 @@ func loadCA(certFile, keyFile string) (*CA, error) {
 
 // EnsureServer returns dir/<name>.pem and dir/<name>-key.pem, a certificate
 // the CA signed for hosts (and localhost, 127.0.0.1), usable as a server's
-// and as a client's (NATS routes present theirs to each other); it creates
-// them when missing and keeps them when present.
+// and as a client's (NATS routes present theirs to each other; a Redis
+// replica and a Sentinel present theirs on their own links); it creates
+// them when missing and keeps them when present. A certificate without its
+// key (or the reverse), or one that this CA did not sign (the CA was
+// replaced), is an error: remove both files to issue a new one.
 func (ca *CA) EnsureServer(dir, name string, hosts []string) (certFile, keyFile string, err error) {
 	certFile, keyFile = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
-	if _, err := os.Stat(certFile); err == nil {
-		if _, err := os.Stat(keyFile); err == nil {
-			return certFile, keyFile, nil
+	_, certErr := os.Stat(certFile)
+	_, keyErr := os.Stat(keyFile)
+	switch {
+	case certErr == nil && keyErr == nil:
+		cert, err := readCert(certFile)
+		if err != nil {
+			return "", "", err
 		}
+		if err := cert.CheckSignatureFrom(ca.cert); err != nil {
+			return "", "", fmt.Errorf("%s was not signed by %s (%v); remove it and its key to issue a new one", certFile, ca.CertFile, err)
+		}
+		return certFile, keyFile, nil
+	case !os.IsNotExist(certErr) || !os.IsNotExist(keyErr):
+		return "", "", fmt.Errorf("%s and %s: one exists without the other; restore it or remove both", certFile, keyFile)
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -128,7 +141,7 @@ func (ca *CA) EnsureServer(dir, name string, hosts []string) (certFile, keyFile 
 	if err != nil {
 		return "", "", err
 	}
-	if err := writeKey(keyFile, key); err != nil {
+	if err := writeKey(keyFile, key, writeMounted); err != nil {
 		return "", "", err
 	}
 	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
@@ -149,12 +162,14 @@ func readCert(path string) (*x509.Certificate, error) {
 	return x509.ParseCertificate(blk.Bytes)
 }
 
-func writeKey(path string, key *ecdsa.PrivateKey) error {
+// writeKey writes key with write: writeSecret for the CA's (it never
+// leaves the host), writeMounted for a server's (its container reads it).
+func writeKey(path string, key *ecdsa.PrivateKey, write func(string, []byte) error) error {
 	der, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
 		return err
 	}
-	return writeSecret(path, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}))
+	return write(path, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}))
 }
 
 // serial is a random 120-bit certificate serial number.
