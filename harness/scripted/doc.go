@@ -20,7 +20,12 @@
 //	                         reports usage for an explicit response id (the
 //	                         same id twice shows the host counts it once)
 //	{"awaitInjection": ms}   waits up to ms (0 to 86,400,000) for injected input; every queued
-//	                         item is taken, appended to the assistant texts and settled committed
+//	                         item is taken, appended to the assistant texts and settled committed;
+//	                         each image that came with it is appended after it as
+//	                         "[image <mimeType>, <n> bytes, sha256 <12 hex digits>]"
+//	{"ask": {"question": q, "choices": [...]}}
+//	                         asks the host a blocking question (userInput) and appends the
+//	                         answer to the assistant texts; a refusal ends the attempt with it
 //	{"fail": message}        ends the attempt with harness_failed and message
 //
 // The event data is bus.PartialData, bus.AgentData and bus.ToolData.

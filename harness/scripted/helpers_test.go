@@ -38,6 +38,7 @@ type host struct {
 	calls     []bus.ToolCall
 	terminals []bus.ToolTerminal
 	usage     []usageCall
+	questions []bus.UserInput
 
 	// onEmit, when set, is called after an event is recorded, on the run's
 	// goroutine.
@@ -45,6 +46,8 @@ type host struct {
 	// toolReply and terminalReply, when set, answer the callbacks.
 	toolReply     func(bus.ToolCall) (*bus.ToolReply, error)
 	terminalReply func(bus.ToolTerminal) (*bus.ToolTerminalReply, error)
+	// userInputReply, when set, answers questions; without it they fail.
+	userInputReply func(bus.UserInput) (*bus.UserInputReply, error)
 	// emitErr and usageErr, when set, are what Emit and ReportUsage return.
 	emitErr  error
 	usageErr error
@@ -87,7 +90,13 @@ func (h *host) ToolTerminal(ctx context.Context, t bus.ToolTerminal) (*bus.ToolT
 }
 
 func (h *host) UserInput(ctx context.Context, q bus.UserInput) (*bus.UserInputReply, error) {
-	return nil, errors.New("the scripted harness asks no questions")
+	h.mu.Lock()
+	h.questions = append(h.questions, q)
+	h.mu.Unlock()
+	if h.userInputReply != nil {
+		return h.userInputReply(q)
+	}
+	return nil, errors.New("this test's host answers no questions")
 }
 
 func (h *host) ReportUsage(ctx context.Context, responseID string, outputTokens int64) error {

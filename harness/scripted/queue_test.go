@@ -2,6 +2,9 @@ package scripted_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -53,6 +56,36 @@ func TestInjectionV2Delivered(t *testing.T) {
 	wantCode(t, err, teamster.CodeNoActiveRun)
 	if diff := cmp.Diff([]string{"rejected"}, late.Order()); diff != "" {
 		t.Errorf("late callbacks (-want +got):\n%s", diff)
+	}
+}
+
+// Images that come with injected input are shown after its text: the
+// decoded size and a hash of the bytes, so a test can see they arrived
+// whole; one without readable data says so.
+func TestInjectionImages(t *testing.T) {
+	h := &host{}
+	ready := signalOn(h, "ready")
+	run := newRun(script(t, m{"say": "ready"}, m{"awaitInjection": 3_600_000}), h)
+	done := start(context.Background(), scripted.New(manifest("v2"), scripted.Options{}), run)
+	v2 := handleOf(t, run, ready).(injection.V2)
+	var rec recorder
+	opts := rec.opts()
+	png := []byte("\x89PNG\r\n\x1a\nnot really a picture")
+	sum := sha256.Sum256(png)
+	opts.Images = []json.RawMessage{
+		json.RawMessage(`{"type":"image","mimeType":"image/png","data":"` + base64.StdEncoding.EncodeToString(png) + `"}`),
+		json.RawMessage(`{"type":"image","mimeType":"image/png","data":"%%%"}`),
+	}
+	if err := v2.QueueMessage("look at this", opts, always, injection.KindRun); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	want := []string{"ready", "look at this", fmt.Sprintf("[image image/png, %d bytes, sha256 %x]", len(png), sum[:6]), "[image: unreadable]"}
+	if diff := cmp.Diff(want, r.out.AssistantTexts); diff != "" {
+		t.Errorf("assistant texts (-want +got):\n%s", diff)
 	}
 }
 

@@ -22,6 +22,7 @@ const (
 	stepTool           = "tool"
 	stepUsage          = "usage"
 	stepAwaitInjection = "awaitInjection"
+	stepAsk            = "ask"
 	stepFail           = "fail"
 )
 
@@ -32,9 +33,16 @@ type step struct {
 	text string // say, reason, plan, fail
 	n    int64  // sleep, usage, awaitInjection
 	tool toolStep
+	ask  askStep
 	// responseID is a usage step's explicit response id (the object form
 	// {"responseId": id, "outputTokens": n}); empty for the number form.
 	responseID string
+}
+
+// askStep is the value of an ask step: a blocking question to the user.
+type askStep struct {
+	question string
+	choices  []string
 }
 
 // toolStep is the value of a tool step.
@@ -120,6 +128,8 @@ func parseStep(raw json.RawMessage) (step, error) {
 		}
 	case stepTool:
 		s.tool, err = toolValue(v)
+	case stepAsk:
+		s.ask, err = askValue(v)
 	default:
 		err = stepError("unknown step " + quote(kind))
 	}
@@ -138,6 +148,26 @@ func usageValue(v json.RawMessage) (string, int64, error) {
 		return "", 0, stepError("usage takes a number or {\"responseId\": id, \"outputTokens\": n}")
 	}
 	return *u.ResponseID, *u.OutputTokens, nil
+}
+
+// askValue parses {"question": q, "choices": [...]}: question a non-empty
+// string, choices absent, null or a list of strings.
+func askValue(v json.RawMessage) (askStep, error) {
+	var a struct {
+		Question json.RawMessage `json:"question"`
+		Choices  []string        `json:"choices"`
+	}
+	if !isKind(v, '{') || json.Unmarshal(v, &a) != nil {
+		return askStep{}, stepError("ask takes an object {question, choices}")
+	}
+	q, err := stringValue("ask.question", a.Question)
+	if err != nil {
+		return askStep{}, err
+	}
+	if q == "" {
+		return askStep{}, stepError("ask.question is empty")
+	}
+	return askStep{question: q, choices: a.Choices}, nil
 }
 
 // toolValue parses {"name": n, "args": {...}}: name a non-empty string, args

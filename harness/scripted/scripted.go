@@ -2,6 +2,8 @@ package scripted
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -216,6 +218,8 @@ func (p *player) play(s *step) error {
 		return p.reportUsage(s)
 	case stepAwaitInjection:
 		return p.awaitInjection(time.Duration(s.n) * time.Millisecond)
+	case stepAsk:
+		return p.ask(s.ask)
 	case stepFail:
 		return teamster.Errorf(teamster.CodeHarnessFailed, "%s", s.text)
 	default:
@@ -366,6 +370,27 @@ func (p *player) awaitInjection(d time.Duration) error {
 	}
 }
 
+// ask asks the host a blocking question (the userInput callback) and
+// appends the answer to the assistant texts; a refusal ends the attempt
+// with the host's error.
+func (p *player) ask(a askStep) error {
+	reply, err := p.host.UserInput(p.ctx, bus.UserInput{V: bus.Version, Question: a.question, Choices: a.choices})
+	if err != nil {
+		return p.hostError("userInput", err)
+	}
+	if reply == nil {
+		return failed("the host's userInput callback returned no reply")
+	}
+	if reply.Status != bus.StatusOK {
+		if reply.Error != nil {
+			return reply.Error
+		}
+		return failed("the host refused the question without an error")
+	}
+	p.out.AssistantTexts = append(p.out.AssistantTexts, reply.Answer)
+	return nil
+}
+
 func (p *player) commit(items []*item) {
 	for _, it := range items {
 		if it.assert != nil && !it.assert() {
@@ -373,8 +398,31 @@ func (p *player) commit(items []*item) {
 			continue
 		}
 		p.out.AssistantTexts = append(p.out.AssistantTexts, it.text)
+		for _, img := range it.opts.Images {
+			p.out.AssistantTexts = append(p.out.AssistantTexts, describeImage(img))
+		}
 		it.settle(injection.Committed)
 	}
+}
+
+// describeImage is how the reply shows an image injected with steering
+// input: "[image <mimeType>, <n> bytes, sha256 <first 12 hex digits>]" of
+// its base64 data (the form OpenClaw's ImageContent has: {type: "image",
+// data, mimeType}), or "[image: unreadable]" when it has no such data.
+func describeImage(raw json.RawMessage) string {
+	var img struct {
+		Data     string `json:"data"`
+		MimeType string `json:"mimeType"`
+	}
+	if json.Unmarshal(raw, &img) != nil || img.Data == "" {
+		return "[image: unreadable]"
+	}
+	b, err := base64.StdEncoding.DecodeString(img.Data)
+	if err != nil {
+		return "[image: unreadable]"
+	}
+	sum := sha256.Sum256(b)
+	return fmt.Sprintf("[image %s, %d bytes, sha256 %x]", img.MimeType, len(b), sum[:6])
 }
 
 // hostError is the attempt's error after a failed host callback: the

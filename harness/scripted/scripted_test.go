@@ -290,6 +290,29 @@ func TestToolRejectedWithoutError(t *testing.T) {
 	}
 }
 
+// An ask step asks the host and appends the answer; a refusal ends the
+// attempt with the host's error.
+func TestAsk(t *testing.T) {
+	h := &host{userInputReply: func(q bus.UserInput) (*bus.UserInputReply, error) {
+		return &bus.UserInputReply{V: 1, Status: bus.StatusOK, Answer: "left"}, nil
+	}}
+	out, err := play(t, script(t, m{"ask": m{"question": "Which way?", "choices": []string{"left", "right"}}}, m{"say": "done"}), h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"left", "done"}, out.AssistantTexts); diff != "" {
+		t.Errorf("assistant texts (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]bus.UserInput{{V: 1, Question: "Which way?", Choices: []string{"left", "right"}}}, h.questions); diff != "" {
+		t.Errorf("questions (-want +got):\n%s", diff)
+	}
+	refused := &host{userInputReply: func(bus.UserInput) (*bus.UserInputReply, error) {
+		return &bus.UserInputReply{V: 1, Status: bus.StatusRejected, Error: teamster.Errorf(teamster.CodeCancelled, "nobody answered")}, nil
+	}}
+	_, err = play(t, script(t, m{"ask": m{"question": "?"}}), refused)
+	wantCode(t, err, teamster.CodeCancelled, "nobody answered")
+}
+
 func TestHostErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -382,6 +405,10 @@ func TestInvalidScripts(t *testing.T) {
 		{"tool empty name", `{"script": [{"tool": {"name": ""}}]}`, []string{"tool.name is empty"}},
 		{"tool name number", `{"script": [{"tool": {"name": 3}}]}`, []string{"tool.name takes a string"}},
 		{"tool args list", `{"script": [{"tool": {"name": "x", "args": [1]}}]}`, []string{"tool.args is not an object"}},
+		{"ask string", `{"script": [{"ask": "why?"}]}`, []string{"ask takes an object"}},
+		{"ask without question", `{"script": [{"ask": {"choices": ["a"]}}]}`, []string{"ask.question takes a string"}},
+		{"ask empty question", `{"script": [{"ask": {"question": ""}}]}`, []string{"ask.question is empty"}},
+		{"ask choices not strings", `{"script": [{"ask": {"question": "?", "choices": [1]}}]}`, []string{"ask takes an object"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &host{}
