@@ -9,6 +9,7 @@ import (
 
 	"github.com/teamster-fleet/teamster"
 	"github.com/teamster-fleet/teamster/bus"
+	"github.com/teamster-fleet/teamster/client"
 	"github.com/teamster-fleet/teamster/harness"
 	"github.com/teamster-fleet/teamster/injection"
 	"github.com/teamster-fleet/teamster/selection"
@@ -20,10 +21,11 @@ import (
 // context ends. Worker configs name it as "implementation": "probe".
 const probeImpl = "probe"
 
-// probeHit is one queue call as the harness saw it.
+// probeHit is one queue call as the harness saw it: when it was made, and
+// when the item was dispatched (its assertion had returned true).
 type probeHit struct {
-	text string
-	at   time.Time
+	text           string
+	at, dispatched time.Time
 }
 
 // probes connects the probe harness's runs to the bench (same process, same
@@ -68,11 +70,12 @@ type probeHandle struct{}
 
 func (probeHandle) QueueMessage(text string, opts injection.QueueOptions, assert injection.AssertFunc, _ injection.Kind) error {
 	at := time.Now()
+	ok := assert()
 	select {
-	case probes.queued <- probeHit{text: text, at: at}:
+	case probes.queued <- probeHit{text: text, at: at, dispatched: time.Now()}:
 	default:
 	}
-	if !assert() {
+	if !ok {
 		if opts.OnQueueSettled != nil {
 			opts.OnQueueSettled(injection.Rejected)
 		}
@@ -87,13 +90,28 @@ func (probeHandle) QueueMessage(text string, opts injection.QueueOptions, assert
 	return nil
 }
 
+// benchHost is the bench's gateway host: it answers the worker's
+// assertCurrent callbacks (every assertion holds) and nothing else.
+type benchHost struct{ *client.Tools }
+
+func (benchHost) AssertCurrent(context.Context, string, string) (bool, error) { return true, nil }
+
 // measureInject starts one probe turn and sends it n injects (after warm) by
-// attempt id, then n by session key, sequentially; each latency is from just
-// before client.Inject to the harness's queue call.
+// attempt id, n by session key, then n source-bound ones under the gateway's
+// own assertion, sequentially; each latency is from just before
+// client.Inject to the harness's dispatch (its assertion returned true).
 func measureInject(ctx context.Context, f *fleet, n, warm int) ([]Row, error) {
-	progress("inject: %d injects by attemptId and %d by sessionKey into one running probe turn", n, n)
+	progress("inject: %d injects by attemptId, %d by sessionKey and %d under the gateway's assertion into one running probe turn", n, n, n)
 	session := "bench:inject"
-	h, err := f.client.Submit(ctx, pinnedAttempt(session, probeHarnessID, "probe"))
+	const hostID = "bench-gw"
+	srv, err := f.client.ServeHost(hostID, benchHost{client.NewTools()})
+	if err != nil {
+		return nil, fmt.Errorf("inject: serve the host: %w", err)
+	}
+	defer srv.Stop()
+	a := pinnedAttempt(session, probeHarnessID, "probe")
+	a.HostID = hostID
+	h, err := f.client.Submit(ctx, a)
 	if err != nil {
 		return nil, fmt.Errorf("inject: submit the probe turn: %w", err)
 	}
@@ -124,14 +142,23 @@ func measureInject(ctx context.Context, f *fleet, n, warm int) ([]Row, error) {
 		return nil, errors.New("inject: the probe turn did not start")
 	}
 
-	send := func(byAttempt bool) (latencies, latencies, error) {
-		var toQueue, toReply latencies
+	// send injects warm+n items of one kind and returns, past the warm-up,
+	// each request → dispatch latency, each reply round trip, and each
+	// assertion's time (queue call → dispatch).
+	type kind int
+	const (
+		byAttempt kind = iota
+		bySession
+		hostAsserted
+	)
+	send := func(k kind) (toDispatch, toReply, asserting latencies, err error) {
 		for i := 0; i < warm+n; i++ {
-			req := bus.InjectRequest{Text: fmt.Sprintf("probe-%v-%d", byAttempt, i), AuthorityKind: bus.AuthorityRun}
-			if byAttempt {
-				req.AttemptID = h.AttemptID()
-			} else {
-				req.SessionKey = session
+			req := bus.InjectRequest{Text: fmt.Sprintf("probe-%d-%d", k, i), AuthorityKind: bus.AuthorityRun, AttemptID: h.AttemptID()}
+			switch k {
+			case bySession:
+				req.AttemptID, req.SessionKey = "", session
+			case hostAsserted:
+				req.AuthorityKind, req.HostAssertion = bus.AuthoritySourceBound, fmt.Sprintf("bench-%d", i)
 			}
 			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			t0 := time.Now()
@@ -139,32 +166,37 @@ func measureInject(ctx context.Context, f *fleet, n, warm int) ([]Row, error) {
 			tReply := time.Since(t0)
 			cancel()
 			if err != nil {
-				return nil, nil, fmt.Errorf("inject %d: %w", i, err)
+				return nil, nil, nil, fmt.Errorf("inject %d: %w", i, err)
 			}
 			if rep.Status != bus.StatusAccepted {
-				return nil, nil, fmt.Errorf("inject %d: %s", i, rep.Status)
+				return nil, nil, nil, fmt.Errorf("inject %d: %s", i, rep.Status)
 			}
 			var hit probeHit
 			select {
 			case hit = <-probes.queued:
 			case <-time.After(5 * time.Second):
-				return nil, nil, fmt.Errorf("inject %d: the harness saw no queue call", i)
+				return nil, nil, nil, fmt.Errorf("inject %d: the harness saw no queue call", i)
 			}
 			if hit.text != req.Text {
-				return nil, nil, fmt.Errorf("inject %d: the harness saw %q, want %q", i, hit.text, req.Text)
+				return nil, nil, nil, fmt.Errorf("inject %d: the harness saw %q, want %q", i, hit.text, req.Text)
 			}
 			if i >= warm {
-				toQueue = append(toQueue, hit.at.Sub(t0))
+				toDispatch = append(toDispatch, hit.dispatched.Sub(t0))
 				toReply = append(toReply, tReply)
+				asserting = append(asserting, hit.dispatched.Sub(hit.at))
 			}
 		}
-		return toQueue, toReply, nil
+		return toDispatch, toReply, asserting, nil
 	}
-	byID, byIDReply, err := send(true)
+	byID, byIDReply, _, err := send(byAttempt)
 	if err != nil {
 		return nil, err
 	}
-	byKey, byKeyReply, err := send(false)
+	byKey, byKeyReply, _, err := send(bySession)
+	if err != nil {
+		return nil, err
+	}
+	asserted, assertedReply, assertRT, err := send(hostAsserted)
 	if err != nil {
 		return nil, err
 	}
@@ -182,11 +214,14 @@ func measureInject(ctx context.Context, f *fleet, n, warm int) ([]Row, error) {
 		return nil, fmt.Errorf("inject: the probe turn ended %s, want cancelled", res.Status)
 	}
 	return []Row{
-		Row{Scenario: "inject: request → harness queue call, by attemptId",
-			Note: fmt.Sprintf("client → router → teamster.run.<id>.inject → V2 QueueMessage; reply round trip p50 %s",
+		Row{Scenario: "inject: request → harness dispatch, run authority, by attemptId",
+			Note: fmt.Sprintf("client → router (the attempt's record in Redis: two round trips) → worker → V2 QueueMessage, assertion (local) true; reply round trip p50 %s",
 				byIDReply.pct(50).Round(time.Microsecond))}.withLatency(byID),
-		Row{Scenario: "inject: request → harness queue call, by sessionKey",
-			Note: fmt.Sprintf("as above plus the router's lease lookup in Redis; reply round trip p50 %s",
+		Row{Scenario: "inject: request → harness dispatch, source-bound, gateway's assertion",
+			Note: fmt.Sprintf("as above plus the worker's assertCurrent round trip to the gateway at dispatch (p50 %s); reply round trip p50 %s",
+				assertRT.pct(50).Round(time.Microsecond), assertedReply.pct(50).Round(time.Microsecond))}.withLatency(asserted),
+		Row{Scenario: "inject: request → harness dispatch, run authority, by sessionKey",
+			Note: fmt.Sprintf("as the first, but the router reads the session's lease (one round trip); reply round trip p50 %s",
 				byKeyReply.pct(50).Round(time.Microsecond))}.withLatency(byKey),
 	}, nil
 }

@@ -18,8 +18,10 @@
 //     fence epoch) and a later turn's (bench/claim.go);
 //   - memory of the real worker binary (a child process): idle, and with
 //     10,000 sleeping turns in flight;
-//   - inject latency: request to the harness's queue call, by attempt id and
-//     by session key (a bench-only "probe" harness timestamps the call);
+//   - inject latency: request to the harness's dispatch, by attempt id, by
+//     session key, and source-bound under the gateway's own assertion (the
+//     worker's assertCurrent round trip to the gateway); a bench-only
+//     "probe" harness timestamps the dispatch;
 //   - the largest throughput row again on a Redis Sentinel set and on a
 //     Redis Cluster (internal/redisproc), each with a fresh NATS server and
 //     fleet, after the standalone fleet has stopped (bench/topology.go).
@@ -56,7 +58,7 @@ func main() {
 		warm       = flag.Duration("warm", 2*time.Second, "warm-up before each throughput window")
 		latencyN   = flag.Int("latency-n", 2000, "sequential turns for the latency figures (after 200 warm-up)")
 		floorN     = flag.Int("floor-n", 2000, "iterations per floor hop (after 200 warm-up)")
-		injectN    = flag.Int("inject-n", 1000, "injects per addressing mode (after 50 warm-up)")
+		injectN    = flag.Int("inject-n", 1000, "injects per kind: by attemptId, by sessionKey, under the gateway's assertion (after 50 warm-up each)")
 		leasesN    = flag.Int("leases", 10000, "leases held for the renewal figures")
 		renewN     = flag.Int("renew-rounds", 30, "RenewNow rounds the renewal CPU is averaged over")
 		claimN     = flag.Int("claims", 2000, "claims in a row of each kind (a session's first, a later turn's) for the claim figures")

@@ -29,6 +29,8 @@ var (
 	minToolTermRep  = obj{"v": 1, "status": "ok"}
 	minUserInput    = obj{"v": 1, "question": "Which branch?"}
 	minUserInputRep = obj{"v": 1, "status": "ok", "answer": "main"}
+	minAssert       = obj{"v": 1, "assertion": "as-1"}
+	minAssertRep    = obj{"v": 1, "status": "ok", "current": true}
 	minUsageReport  = obj{"v": 1, "responseId": "resp-1", "outputTokens": 12}
 	minWorkerCtl    = obj{"v": 1, "op": "status"}
 	minWorkerCtlRep = obj{"v": 1, "status": "ok", "state": "active", "running": 1, "attempts": []string{"a1"}}
@@ -63,6 +65,8 @@ func envelopeKinds() []envelopeKind {
 		{"ToolTerminalReply", decodeToolTerminalReply, minToolTermRep},
 		{"UserInput", decodeUserInput, minUserInput},
 		{"UserInputReply", decodeUserInputReply, minUserInputRep},
+		{"AssertCurrent", decodeAssertCurrent, minAssert},
+		{"AssertCurrentReply", decodeAssertCurrentReply, minAssertRep},
 		{"UsageReport", decodeUsageReport, minUsageReport},
 		{"WorkerControl", decodeWorkerControl, minWorkerCtl},
 		{"WorkerControlReply", decodeWorkerControlReply, minWorkerCtlRep},

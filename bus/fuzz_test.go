@@ -97,7 +97,16 @@ func FuzzDecodeResult(f *testing.F) {
 
 func FuzzDecodeInjectRequest(f *testing.F) {
 	fuzzDecode(f, decodeInjectRequest, minInject,
-		minInject.with("authorityKind", "source-bound", "source", obj{"id": "src-1", "generation": 2}, "images", []obj{{"a": 1}}, "debounceMs", 250))
+		minInject.with("authorityKind", "source-bound", "source", obj{"id": "src-1", "generation": 2}, "images", []obj{{"a": 1}}, "debounceMs", 250),
+		minInject.with("authorityKind", "source-bound", "hostAssertion", "as-1"))
+}
+
+func FuzzDecodeAssertCurrent(f *testing.F) {
+	fuzzDecode(f, decodeAssertCurrent, minAssert)
+}
+
+func FuzzDecodeAssertCurrentReply(f *testing.F) {
+	fuzzDecode(f, decodeAssertCurrentReply, minAssertRep, obj{"v": 1, "status": "rejected", "error": obj{"code": "invalid_request"}})
 }
 
 func FuzzDecodeInjectReply(f *testing.F) {

@@ -94,6 +94,8 @@ var (
 	decodeToolTerminalReply  = decodeAs[bus.ToolTerminalReply]()
 	decodeUserInput          = decodeAs[bus.UserInput]()
 	decodeUserInputReply     = decodeAs[bus.UserInputReply]()
+	decodeAssertCurrent      = decodeAs[bus.AssertCurrent]()
+	decodeAssertCurrentReply = decodeAs[bus.AssertCurrentReply]()
 	decodeUsageReport        = decodeAs[bus.UsageReport]()
 	decodeWorkerControl      = decodeAs[bus.WorkerControl]()
 	decodeWorkerControlReply = decodeAs[bus.WorkerControlReply]()

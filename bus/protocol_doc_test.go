@@ -49,6 +49,7 @@ var envelopeSections = map[string][]reflect.Type{
 	"`tool` call": {ty[ToolCall]()}, "`tool` reply": {ty[ToolReply]()}, "`toolTerminal` call": {ty[ToolTerminal]()},
 	"`toolTerminal` reply": {ty[ToolTerminalReply]()}, "`userInput` call": {ty[UserInput]()},
 	"`userInput` reply": {ty[UserInputReply]()}, "`usage` call": {ty[UsageReport]()},
+	"`assertCurrent` call": {ty[AssertCurrent]()}, "`assertCurrent` reply": {ty[AssertCurrentReply]()},
 	"Worker control": {ty[WorkerControl]()}, "Worker control reply": {ty[WorkerControlReply]()},
 	"Registry entry": {ty[WorkerEntry]()}, "Router entry": {ty[RouterEntry]()}, "Manifest": {ty[selection.Manifest]()}, "Selection record": {ty[selection.Record]()},
 }

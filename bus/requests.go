@@ -26,12 +26,17 @@ const (
 // InjectRequest steers a running turn: on teamster.inject (addressed by
 // sessionKey or attemptId) or teamster.run.<attemptId>.inject.
 type InjectRequest struct {
-	V             int               `json:"v"`
-	SessionKey    string            `json:"sessionKey,omitempty"`
-	AttemptID     string            `json:"attemptId,omitempty"`
-	Text          string            `json:"text"`
-	AuthorityKind string            `json:"authorityKind"`
-	Source        *SourceRef        `json:"source,omitempty"`
+	V             int        `json:"v"`
+	SessionKey    string     `json:"sessionKey,omitempty"`
+	AttemptID     string     `json:"attemptId,omitempty"`
+	Text          string     `json:"text"`
+	AuthorityKind string     `json:"authorityKind"`
+	Source        *SourceRef `json:"source,omitempty"`
+	// HostAssertion names the submitter's own assertion of a source-bound
+	// item: the worker asks the attempt's host whether it still holds
+	// (HostCallAssertCurrent) immediately before the harness dispatches the
+	// item and before every retry.
+	HostAssertion string            `json:"hostAssertion,omitempty"`
 	Images        []json.RawMessage `json:"images,omitempty"`
 	DebounceMs    int64             `json:"debounceMs,omitempty"`
 }
@@ -59,17 +64,22 @@ func (r *InjectRequest) Validate() error {
 	}
 	switch r.AuthorityKind {
 	case AuthorityRun:
-		if r.Source != nil {
-			return invalid("field source is only for source-bound input")
+		if r.Source != nil || r.HostAssertion != "" {
+			return invalid("fields source and hostAssertion are only for source-bound input")
 		}
 	case AuthoritySourceBound:
-		if r.Source == nil {
-			return invalid("source-bound input carries field source")
+		if r.Source == nil && r.HostAssertion == "" {
+			return invalid("source-bound input carries field source, hostAssertion, or both")
 		}
-		if err := CheckID("source.id", r.Source.ID); err != nil {
-			return err
+		if r.Source != nil {
+			if err := CheckID("source.id", r.Source.ID); err != nil {
+				return err
+			}
+			if err := checkRange("source.generation", r.Source.Generation, 1, MaxGeneration); err != nil {
+				return err
+			}
 		}
-		if err := checkRange("source.generation", r.Source.Generation, 1, MaxGeneration); err != nil {
+		if err := optionalID("hostAssertion", r.HostAssertion); err != nil {
 			return err
 		}
 	case "":
@@ -281,6 +291,39 @@ func (t *ToolTerminalReply) Validate() error {
 		return err
 	}
 	return checkReplyStatus(t.Status, t.Error, StatusOK, StatusRejected)
+}
+
+// AssertCurrent asks the host whether its assertion of one source-bound
+// item (InjectRequest.HostAssertion) still holds.
+type AssertCurrent struct {
+	V         int    `json:"v"`
+	Assertion string `json:"assertion"`
+}
+
+// Validate checks an assertCurrent request.
+func (a *AssertCurrent) Validate() error {
+	if err := checkVersion(a.V); err != nil {
+		return err
+	}
+	return CheckID("assertion", a.Assertion)
+}
+
+// AssertCurrentReply answers an assertCurrent request. Only status ok with
+// current true lets the item through; anything else, or no answer in time,
+// drops it.
+type AssertCurrentReply struct {
+	V       int             `json:"v"`
+	Status  string          `json:"status"`
+	Current bool            `json:"current"`
+	Error   *teamster.Error `json:"error,omitempty"`
+}
+
+// Validate checks an assertCurrent reply.
+func (a *AssertCurrentReply) Validate() error {
+	if err := checkVersion(a.V); err != nil {
+		return err
+	}
+	return checkReplyStatus(a.Status, a.Error, StatusOK, StatusRejected)
 }
 
 // UserInput is a blocking question to the gateway.

@@ -21,6 +21,10 @@ func TestDecodeInjectRequest(t *testing.T) {
 			V: 1, SessionKey: "agent:main:main", Text: "also check the tests", AuthorityKind: bus.AuthoritySourceBound,
 			Source: &bus.SourceRef{ID: "src-1", Generation: 3},
 		}),
+		validAs("source-bound with the host's assertion", r.with("authorityKind", "source-bound", "hostAssertion", "as-1"), &bus.InjectRequest{
+			V: 1, SessionKey: "agent:main:main", Text: "also check the tests", AuthorityKind: bus.AuthoritySourceBound, HostAssertion: "as-1",
+		}),
+		valid("source-bound with source and the host's assertion", bound.with("hostAssertion", "as-1")),
 		valid("run with source null", r.with("source", nil)),
 		valid("debounceMs 0", r.with("debounceMs", 0)),
 		valid("debounceMs 60000", r.with("debounceMs", 60_000)),
@@ -34,6 +38,8 @@ func TestDecodeInjectRequest(t *testing.T) {
 		invalidReq("authorityKind unknown", r.with("authorityKind", "owner")),
 		invalidReq("authorityKind in other form", r.with("authorityKind", "source_bound")),
 		invalidReq("run with source", r.with("source", obj{"id": "src-1", "generation": 1})),
+		invalidReq("run with a host assertion", r.with("hostAssertion", "as-1")),
+		invalidReq("hostAssertion as a number", bound.with("hostAssertion", 1)),
 		invalidReq("source-bound without source", bound.without("source")),
 		invalidReq("source-bound with source null", bound.with("source", nil)),
 		invalidReq("source without id", bound.with("source", obj{"generation": 1})),
@@ -55,8 +61,37 @@ func TestDecodeInjectRequest(t *testing.T) {
 			cases = append(cases, invalidReq("attemptId "+bad.name, r.with("attemptId", bad.id)))
 		}
 		cases = append(cases, invalidReq("source.id "+bad.name, bound.with("source", obj{"id": bad.id, "generation": 1})))
+		if bad.id != "" {
+			cases = append(cases, invalidReq("hostAssertion "+bad.name, bound.with("hostAssertion", bad.id)))
+		}
 	}
 	runDecodeCases(t, decodeInjectRequest, cases)
+}
+
+func TestDecodeAssertCurrent(t *testing.T) {
+	cases := []decodeCase{
+		validAs("minimal", minAssert, &bus.AssertCurrent{V: 1, Assertion: "as-1"}),
+		invalidReq("assertion missing", minAssert.without("assertion")),
+		invalidReq("assertion as a number", minAssert.with("assertion", 1)),
+	}
+	for _, bad := range badIDs() {
+		if bad.id != "" {
+			cases = append(cases, invalidReq("assertion "+bad.name, minAssert.with("assertion", bad.id)))
+		}
+	}
+	runDecodeCases(t, decodeAssertCurrent, cases)
+}
+
+func TestDecodeAssertCurrentReply(t *testing.T) {
+	runDecodeCases(t, decodeAssertCurrentReply, []decodeCase{
+		validAs("current", minAssertRep, &bus.AssertCurrentReply{V: 1, Status: "ok", Current: true}),
+		validAs("no longer current", minAssertRep.with("current", false), &bus.AssertCurrentReply{V: 1, Status: "ok"}),
+		valid("current missing reads false", minAssertRep.without("current")),
+		valid("rejected", obj{"v": 1, "status": "rejected", "error": obj{"code": "invalid_request"}}),
+		invalidReq("current as a string", minAssertRep.with("current", "true")),
+		invalidReq("rejected without error", minAssertRep.with("status", "rejected")),
+		invalidReq("status accepted", minAssertRep.with("status", "accepted")),
+	})
 }
 
 func TestDecodeInjectReply(t *testing.T) {

@@ -111,6 +111,9 @@ const (
 	HostCallToolTerminal = "toolTerminal"
 	HostCallUserInput    = "userInput"
 	HostCallUsage        = "usage"
+	// HostCallAssertCurrent asks whether the host's assertion of a
+	// source-bound item still holds (AssertCurrent).
+	HostCallAssertCurrent = "assertCurrent"
 )
 
 // AttemptSubject is teamster.attempt.<harnessId>.
@@ -252,9 +255,9 @@ func HostSubject(hostID, attemptID, call string) (string, error) {
 		return "", err
 	}
 	switch call {
-	case HostCallTool, HostCallToolTerminal, HostCallUserInput, HostCallUsage:
+	case HostCallTool, HostCallToolTerminal, HostCallUserInput, HostCallUsage, HostCallAssertCurrent:
 	default:
-		return "", teamster.Errorf(teamster.CodeInvalidRequest, "host call %q is not tool, toolTerminal, userInput or usage", truncate(call, 40))
+		return "", teamster.Errorf(teamster.CodeInvalidRequest, "host call %q is not tool, toolTerminal, userInput, usage or assertCurrent", truncate(call, 40))
 	}
 	return prefixHost + hostID + "." + attemptID + "." + call, nil
 }

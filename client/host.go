@@ -34,6 +34,16 @@ type Host interface {
 	Usage(ctx context.Context, attemptID string, u bus.UsageReport) error
 }
 
+// HostAsserter is what a Host also implements to send source-bound input
+// under its own authority (bus.InjectRequest.HostAssertion): the worker asks
+// it, right before the harness dispatches the item and before every retry,
+// whether the assertion still holds. Answer false for an assertion you do
+// not know, and keep answering false once you have. A Host that does not
+// implement it refuses every assertion, so such input is always dropped.
+type HostAsserter interface {
+	AssertCurrent(ctx context.Context, attemptID, assertion string) (bool, error)
+}
+
 // HostServer serves a Host on teamster.host.<hostId>.>.
 type HostServer struct {
 	sub *nats.Subscription
@@ -116,6 +126,24 @@ func serveHostCall(m *nats.Msg, prefix string, h Host) {
 			return
 		}
 		reply(m, bus.OK())
+	case bus.HostCallAssertCurrent:
+		var req bus.AssertCurrent
+		if err := bus.Decode(m.Data, &req); err != nil {
+			reply(m, &bus.AssertCurrentReply{V: bus.Version, Status: bus.StatusRejected, Error: teamster.AsError(err)})
+			return
+		}
+		a, ok := h.(HostAsserter)
+		if !ok {
+			reply(m, &bus.AssertCurrentReply{V: bus.Version, Status: bus.StatusRejected,
+				Error: teamster.Errorf(teamster.CodeInvalidRequest, "this host makes no assertions")})
+			return
+		}
+		current, err := a.AssertCurrent(ctx, attemptID, req.Assertion)
+		if err != nil {
+			reply(m, &bus.AssertCurrentReply{V: bus.Version, Status: bus.StatusRejected, Error: teamster.AsError(err)})
+			return
+		}
+		reply(m, &bus.AssertCurrentReply{V: bus.Version, Status: bus.StatusOK, Current: current})
 	default:
 		reply(m, bus.Rejected(teamster.Errorf(teamster.CodeInvalidRequest, "unknown host call %q", call)))
 	}

@@ -34,10 +34,17 @@ const injectorWait = 2 * time.Second
 // sourceCheckTimeout bounds one Redis check of a source's authority.
 const sourceCheckTimeout = 2 * time.Second
 
+// hostAssertTimeout bounds one assertCurrent host callback: no answer in
+// time is a false assertion (fail closed).
+const hostAssertTimeout = 2 * time.Second
+
 // item is one injection in flight on a run.
 type item struct {
-	id       string
-	latch    *injection.Latch
+	id    string
+	latch *injection.Latch
+	// bound says the item is source-bound; sourceID names its Redis source
+	// authority, when it has one (it may have only the host's assertion).
+	bound    bool
 	sourceID string
 
 	mu       sync.Mutex
@@ -109,6 +116,8 @@ func (r *run) inject(req *bus.InjectRequest) *bus.InjectReply {
 		return refuse(teamster.Errorf(teamster.CodeNoActiveRun, "the run has ended"))
 	case !r.lease.Current():
 		return refuse(teamster.Errorf(teamster.CodeLeaseLost, "the run's lease is no longer held"))
+	case req.HostAssertion != "" && r.attempt.HostID == "":
+		return refuse(teamster.Errorf(teamster.CodeInvalidRequest, "a host assertion needs a host: the attempt has no hostId"))
 	}
 	select {
 	case <-r.inj.ready:
@@ -117,11 +126,11 @@ func (r *run) inject(req *bus.InjectRequest) *bus.InjectReply {
 	case <-time.After(injectorWait):
 		return refuse(teamster.Errorf(teamster.CodeNoActiveRun, "the run has not installed its injection handle"))
 	}
-	it := &item{id: id}
-	if kind == injection.KindSourceBound {
+	it := &item{id: id, bound: kind == injection.KindSourceBound}
+	if req.Source != nil {
 		it.sourceID = req.Source.ID
 	}
-	it.latch = injection.NewLatch(r.assertion(kind, req.Source))
+	it.latch = injection.NewLatch(r.assertion(kind, req))
 	r.track(it)
 	opts := injection.QueueOptions{
 		Images:     req.Images,
@@ -162,11 +171,13 @@ func (r *run) inject(req *bus.InjectRequest) *bus.InjectReply {
 	return &bus.InjectReply{V: bus.Version, Status: bus.StatusAccepted, InjectionID: id, AttemptID: r.attempt.AttemptID}
 }
 
-// assertion is the host-owned check of one item: the run is live, its lease
-// current and unchanged, and for source-bound input the source's authority in
-// Redis still has the generation the request carried. The latch around it
-// keeps it false once it has been false.
-func (r *run) assertion(kind injection.Kind, src *bus.SourceRef) func() bool {
+// assertion is the worker-built check of one item: the run is live, its
+// lease current and unchanged, and for source-bound input the source's
+// authority in Redis still has the generation the request carried (source)
+// and the submitter's own assertion still holds (hostAssertion, asked of the
+// attempt's host). The latch around it keeps it false once it has been false.
+func (r *run) assertion(kind injection.Kind, req *bus.InjectRequest) func() bool {
+	src, hostAssertion := req.Source, req.HostAssertion
 	return func() bool {
 		if r.ctx.Err() != nil || !r.lease.Current() {
 			return false
@@ -174,11 +185,30 @@ func (r *run) assertion(kind injection.Kind, src *bus.SourceRef) func() bool {
 		if kind != injection.KindSourceBound {
 			return true
 		}
-		ctx, cancel := context.WithTimeout(r.ctx, sourceCheckTimeout)
-		defer cancel()
-		ok, err := r.w.store.SourceCurrent(ctx, src.ID, src.Generation)
-		return err == nil && ok
+		if src != nil {
+			ctx, cancel := context.WithTimeout(r.ctx, sourceCheckTimeout)
+			ok, err := r.w.store.SourceCurrent(ctx, src.ID, src.Generation)
+			cancel()
+			if err != nil || !ok {
+				return false
+			}
+		}
+		return hostAssertion == "" || r.hostAsserts(hostAssertion)
 	}
+}
+
+// hostAsserts asks the attempt's host whether its assertion still holds:
+// only an answer of ok and current within hostAssertTimeout is true.
+func (r *run) hostAsserts(assertion string) bool {
+	ctx, cancel := context.WithTimeout(r.ctx, hostAssertTimeout)
+	defer cancel()
+	var rep bus.AssertCurrentReply
+	err := (*host)(r).call(ctx, bus.HostCallAssertCurrent, &bus.AssertCurrent{V: bus.Version, Assertion: assertion}, &rep)
+	if err != nil {
+		r.log().WithField("assertion", assertion).Info("the host's assertion got no answer; it is false: " + err.Error())
+		return false
+	}
+	return rep.Status == bus.StatusOK && rep.Current
 }
 
 func (r *run) track(it *item) {
@@ -226,7 +256,7 @@ func (r *run) settle(it *item, s injection.Settlement, code teamster.Code) bool 
 	if s == injection.Rejected {
 		if code == "" && !it.latch.Current() {
 			code = teamster.CodeSourceRevoked
-			if it.sourceID == "" {
+			if !it.bound {
 				code = teamster.CodeLeaseLost
 			}
 		}
