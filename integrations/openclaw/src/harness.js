@@ -7,6 +7,7 @@
 // result) → mirror the reply into OpenClaw's transcript → map the result.
 // An abort in OpenClaw cancels the attempt on the fleet.
 
+import { AsyncLocalStorage } from "node:async_hooks";
 import { buildAttempt, describeTools } from "./attempt.js";
 import { HostCallbacks } from "./host.js";
 import { Injector } from "./injection.js";
@@ -65,10 +66,52 @@ export function createTeamsterHarness({ cfg, fleet, runtime = {}, logger, onDisp
     runAttempt(params) {
       return new Turn({ cfg, fleet, runtime, log, params }).run();
     },
+    reset(params) {
+      return resetSession({ cfg, fleet, log, params });
+    },
     async dispose() {
       await (onDispose ? onDispose() : fleet.close());
     },
   };
+}
+
+// sessionBusyRetryMs bounds how long a reset waits for the session's turn on
+// the fleet to end (session_busy while it holds the session's lease).
+const sessionBusyRetryMs = 15000;
+
+/**
+ * resetSession is the harness's reset(params): OpenClaw resets (or deletes) a
+ * session, and the fleet's record of it follows, so that the next turn
+ * starts a new native thread: teamster.session.reset clears the native
+ * binding, the stored native state and the model-selection lock
+ * (teamster.session.delete, for a deleted session, removes the record). It
+ * is the owner's operation: a plugin configured as a delegate has none, and
+ * does nothing. OpenClaw calls every harness's reset, so a session that
+ * never ran on the fleet is answered ok (noRecord). A turn still running on
+ * the fleet holds the session (session_busy): the reset is retried while it
+ * ends, for up to 15 s. A failure throws; OpenClaw logs it.
+ */
+export async function resetSession({ cfg, fleet, log, params }) {
+  const sessionKey = params?.sessionKey;
+  if (typeof sessionKey !== "string" || !sessionKey) return;
+  if (cfg.delegatePluginId && !cfg.gatewayId) {
+    log.debug?.(`teamster: session ${sessionKey} ${params.reason ?? "reset"}: a delegate does not reset fleet sessions`);
+    return;
+  }
+  const op = params.reason === "deleted" ? "delete" : "reset";
+  const until = Date.now() + sessionBusyRetryMs;
+  for (let wait = 100; ; wait = Math.min(wait * 2, 2000)) {
+    const rep = await fleet.request(`teamster.session.${op}`, { v: VERSION, sessionKey });
+    if (rep.status === "ok") {
+      log.info?.(`teamster: session ${sessionKey} ${op} on the fleet (${params.reason ?? "unknown"})${rep.noRecord ? ": it had no fleet record" : ""}`);
+      return;
+    }
+    const err = TeamsterError.from(rep.error, `the fleet refused the session ${op}`);
+    if (err.code !== "session_busy" || Date.now() + wait > until) {
+      throw new TeamsterError(err.code, `teamster: the fleet at ${fleet.natsUrl} refused to ${op} session ${sessionKey}: ${err.message}`);
+    }
+    await new Promise((r) => setTimeout(r, wait));
+  }
 }
 
 /** Turn is one runAttempt. */
@@ -92,8 +135,47 @@ export class Turn {
     this.abortWaiters = [];
   }
 
+  /**
+   * run is runAttempt: the turn on the fleet, then OpenClaw's agent-end side
+   * effects (its agent_end hook), which a plugin harness fires itself, once
+   * per turn, whatever its outcome. A one-shot CLI run waits for them (its
+   * process exits after the turn); a gateway turn does not.
+   */
   async run() {
+    const started = Date.now();
+    const out = await this.runTurn();
+    await this.agentEnd(out, Date.now() - started);
+    return out;
+  }
+
+  async agentEnd(out, durationMs) {
     const p = this.params;
+    const fire = p.oneShotCliRun === true ? this.runtime.awaitAgentEndSideEffects : this.runtime.runAgentEndSideEffects;
+    if (typeof fire !== "function") return;
+    const ok = out.terminal?.kind === "ok";
+    const error = ok ? undefined : (out.terminal?.error ?? out.terminal?.failure?.error)?.message;
+    try {
+      await fire({
+        event: { runId: p.runId, messages: out.messagesSnapshot ?? [], success: ok, error, durationMs },
+        ctx: {
+          runId: p.runId, agentId: p.agentId, sessionKey: p.sessionKey, sessionId: p.sessionId, workspaceDir: p.workspaceDir,
+          modelProviderId: p.provider, modelId: p.modelId, messageProvider: p.messageProvider, trigger: p.trigger, config: p.config,
+        },
+      });
+    } catch (err) {
+      this.log.warn?.(`teamster: attempt ${this.attemptId}: OpenClaw's agent_end side effects failed: ${err?.message ?? err}`);
+    }
+  }
+
+  async runTurn() {
+    const p = this.params;
+    // OpenClaw keeps a turn's caller authority in async context
+    // (AsyncLocalStorage): its tools and its question path check it. Host
+    // callbacks arrive on the shared NATS connection, whose callbacks carry
+    // whatever context the connection was made in (another turn's, long
+    // over), so each one runs in this attempt's context, captured here,
+    // inside runAttempt.
+    const inAttempt = AsyncLocalStorage.snapshot();
     if (p.abortSignal?.aborted) {
       return failureResult(p, new TeamsterError("cancelled", "teamster: the turn was aborted before it was submitted", "none"), { ...this.ctx, externalAbort: true });
     }
@@ -109,15 +191,32 @@ export class Turn {
         toolsAllow: p.disableTools === true ? [] : p.toolsAllow,
         signal: this.ended.signal,
         onToolMeta: (meta) => this.ctx.toolMetas.push(meta),
+        hostAssert: (id) => this.injector?.hostAssert(id) ?? false,
+        // OpenClaw's tool-result middleware (plugins' registerAgentToolResultMiddleware)
+        // transforms each tool result before the fleet's harness gets it, as it
+        // does for OpenClaw's own runtime.
+        middleware: this.runtime.createAgentToolResultMiddlewareRunner?.({
+          runtime: "openclaw", agentId: p.agentId, sessionId: p.sessionId, sessionKey: p.sessionKey, runId: p.runId,
+        }),
+        askUser: this.runtime.runAgentHarnessGatewayQuestion,
+        log: this.log,
+        attemptId: this.attemptId,
       });
       this.subs.push(
         await this.fleet.subscribe(hostSubjects(this.cfg.hostId, this.attemptId), async (m) => {
-          m.respond(await host.handle(hostCallOf(m.subject), m.data));
+          m.respond(await inAttempt(() => host.handle(hostCallOf(m.subject), m.data)));
         }),
       );
       const tools = this.cfg.advertiseTools && p.disableTools !== true ? describeTools(await this.toolSurface()) : [];
       const attempt = buildAttempt(p, this.cfg, { attemptId: this.attemptId, replyTo, hostId: this.cfg.hostId, tools });
-      this.injector = new Injector({ fleet: this.fleet, attemptId: this.attemptId, onAbort: (r) => this.abort(r) });
+      this.injector = new Injector({
+        fleet: this.fleet, attemptId: this.attemptId, onAbort: (r) => this.abort(r), log: this.log,
+        questions: {
+          sessionKey: p.sessionKey,
+          claim: this.runtime.claimPendingAgentQuestionAnswer,
+          cancel: this.runtime.cancelPendingAgentQuestionForSession,
+        },
+      });
       const onAbort = () => this.abort("user_abort");
       p.abortSignal?.addEventListener("abort", onAbort, { once: true });
       this.ended.signal.addEventListener("abort", () => p.abortSignal?.removeEventListener("abort", onAbort), { once: true });

@@ -38,18 +38,27 @@ function jsonSafe(v) {
  * HostCallbacks answers one attempt's host callbacks.
  * params: OpenClaw's attempt params; tools(): the tool surface (lazy);
  * toolsAllow: the attempt's allow-list (undefined = unrestricted);
- * signal: aborts running tools when the turn ends.
+ * signal: aborts running tools when the turn ends; hostAssert(id): whether
+ * the OpenClaw assertion of a source-bound steering item still holds;
+ * middleware: OpenClaw's tool-result middleware runner for the turn
+ * (applyToolResultMiddleware), when there is one; askUser: OpenClaw's
+ * runAgentHarnessGatewayQuestion (the SDK's blocking question).
  */
 export class HostCallbacks {
-  constructor({ params, tools, toolsAllow, signal, onToolMeta }) {
+  constructor({ params, tools, toolsAllow, signal, onToolMeta, hostAssert, middleware, askUser, log, attemptId }) {
     this.params = params;
+    this.middleware = middleware;
+    this.askUser = askUser;
+    this.log = log ?? {};
+    this.attemptId = attemptId;
+    this.hostAssert = hostAssert ?? (() => false);
     this.tools = tools;
     this.toolsAllow = toolsAllow;
     this.signal = signal;
     this.onToolMeta = onToolMeta ?? (() => {});
   }
 
-  /** handle answers one callback: call is tool, toolTerminal, userInput or usage. */
+  /** handle answers one callback: call is tool, toolTerminal, userInput, usage or assertCurrent. */
   async handle(call, data) {
     let body;
     try {
@@ -64,7 +73,10 @@ export class HostCallbacks {
         case "toolTerminal":
           return this.toolTerminal(body);
         case "userInput":
-          return rejected("invalid_request", "teamster: this OpenClaw gateway cannot ask the user a blocking question for a fleet turn");
+          return await this.userInput(body);
+        case "assertCurrent":
+          if (typeof body.assertion !== "string" || !body.assertion) return rejected("invalid_request", "an assertCurrent call names its assertion");
+          return { v: VERSION, status: "ok", current: this.hostAssert(body.assertion) === true };
         case "usage":
           // Output tokens reach OpenClaw from the attempt's usage events
           // (one report per response); nothing to do here.
@@ -73,8 +85,15 @@ export class HostCallbacks {
           return rejected("invalid_request", `unknown host call ${JSON.stringify(call)}`);
       }
     } catch (err) {
+      this.log.warn?.(`teamster: attempt ${this.attemptId} host callback ${call} failed: ${errorText(err)}`);
       return rejected(err instanceof TeamsterError ? err.code : "internal", errorText(err));
     }
+  }
+
+  /** refuseTool is a tool call's refusal, logged: the fleet's harness sees only the error. */
+  refuseTool(code, name, message) {
+    this.log.info?.(`teamster: attempt ${this.attemptId} tool ${name} refused: ${message}`);
+    return rejected(code, message);
   }
 
   async tool(body) {
@@ -82,23 +101,57 @@ export class HostCallbacks {
       return rejected("invalid_request", "a tool call carries callId and name");
     }
     if (Array.isArray(this.toolsAllow) && !this.toolsAllow.includes(body.name) && !this.toolsAllow.includes("*")) {
-      return rejected("invalid_request", `tool ${body.name} is not allowed for this turn`);
+      return this.refuseTool("invalid_request", body.name, `tool ${body.name} is not allowed for this turn`);
     }
     const surface = await this.tools();
     const tool = surface.find((t) => t?.name === body.name);
     if (!tool || typeof tool.execute !== "function") {
-      return rejected("invalid_request", `OpenClaw has no tool named ${body.name} for this turn`);
+      return this.refuseTool("invalid_request", body.name, `OpenClaw has no tool named ${body.name} for this turn (it has ${surface.length}: ${surface.map((t) => t?.name).slice(0, 20).join(", ")})`);
     }
     const args = body.args && typeof body.args === "object" ? body.args : {};
     try {
       const result = await tool.execute(body.callId, args, this.signal);
       const isError = result?.isError === true || result?.details?.isError === true;
       this.onToolMeta({ toolName: body.name, toolCallId: body.callId, isError });
-      return { v: VERSION, status: "ok", result: jsonSafe({ content: result?.content ?? [], details: result?.details }) };
+      let out = { content: result?.content ?? [], details: result?.details };
+      if (this.middleware) {
+        out = await this.middleware.applyToolResultMiddleware({
+          toolCallId: body.callId, toolName: body.name, args, cwd: this.params.cwd ?? this.params.workspaceDir, isError, result: out,
+        });
+      }
+      return { v: VERSION, status: "ok", result: jsonSafe({ content: out?.content ?? [], details: out?.details }) };
     } catch (err) {
       this.onToolMeta({ toolName: body.name, toolCallId: body.callId, isError: true });
       return rejected("harness_failed", `tool ${body.name} failed: ${errorText(err)}`);
     }
+  }
+
+  /**
+   * userInput asks the turn's user a blocking question through OpenClaw's
+   * own question path (runAgentHarnessGatewayQuestion: the prompt goes to the
+   * turn's channel, the answer comes back from it, a plain reply or the
+   * question's buttons) and answers the fleet's harness with it.
+   */
+  async userInput(body) {
+    if (typeof body.question !== "string" || !body.question) return rejected("invalid_request", "a userInput call carries a question");
+    if (typeof this.askUser !== "function") {
+      return rejected("invalid_request", "teamster: this OpenClaw cannot ask the user a blocking question (its SDK has no question helper)");
+    }
+    const p = this.params;
+    const choices = Array.isArray(body.choices) ? body.choices.filter((c) => typeof c === "string" && c) : [];
+    const questions = [{ id: "answer", header: "Question", question: body.question, ...(choices.length > 0 ? { options: choices.map((label) => ({ label })) } : {}) }];
+    this.log.info?.(`teamster: attempt ${this.attemptId} asks the user a question (session ${p.sessionKey})`);
+    const r = await this.askUser({
+      questions, sessionKey: p.sessionKey, agentId: p.agentId, runId: p.runId,
+      timeoutMs: Number.isInteger(p.timeoutMs) && p.timeoutMs > 0 ? p.timeoutMs : 600000,
+      delivery: p, signal: this.signal,
+    });
+    if (r?.status === "answered") {
+      const a = r.answers?.answers?.answer;
+      return { v: VERSION, status: "ok", answer: Array.isArray(a) ? a.join(", ") : String(a ?? "") };
+    }
+    if (r?.status === "expired" || r?.status === "pending") return rejected("deadline_exceeded", "teamster: the user did not answer in time");
+    return rejected("cancelled", "teamster: the question was cancelled before the user answered");
   }
 
   toolTerminal(body) {

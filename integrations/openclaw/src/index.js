@@ -1,8 +1,19 @@
 // OpenClaw loads this entry (package.json openclaw.extensions). It binds the
-// SDK helpers the harness needs: the active-run registry (steering) and the
-// session transcript (mirroring the fleet's reply).
+// SDK helpers the harness needs: the active-run registry (steering), the
+// session transcript (mirroring the fleet's reply), the tool-result
+// middleware, the agent-end side effects and the user questions (OpenClaw's
+// seams, which a plugin harness runs itself).
 
-import { clearActiveEmbeddedRun, setActiveEmbeddedRun } from "openclaw/plugin-sdk/agent-harness-runtime";
+import {
+  awaitAgentEndSideEffects,
+  cancelPendingAgentQuestionForSession,
+  claimPendingAgentQuestionAnswer,
+  clearActiveEmbeddedRun,
+  createAgentToolResultMiddlewareRunner,
+  runAgentEndSideEffects,
+  runAgentHarnessGatewayQuestion,
+  setActiveEmbeddedRun,
+} from "openclaw/plugin-sdk/agent-harness-runtime";
 import { appendSessionTranscriptMessageByIdentity } from "openclaw/plugin-sdk/session-transcript-runtime";
 import { createPlugin } from "./plugin.js";
 
@@ -10,4 +21,10 @@ export default createPlugin({
   setActiveEmbeddedRun,
   clearActiveEmbeddedRun,
   appendTranscriptMessage: appendSessionTranscriptMessageByIdentity,
+  createAgentToolResultMiddlewareRunner,
+  runAgentEndSideEffects,
+  awaitAgentEndSideEffects,
+  runAgentHarnessGatewayQuestion,
+  claimPendingAgentQuestionAnswer,
+  cancelPendingAgentQuestionForSession,
 });

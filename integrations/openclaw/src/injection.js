@@ -12,18 +12,37 @@
 // It is a V2 sink: assertCurrent is called after every await and
 // synchronously before the inject request is published; each item's
 // onQueueSettled fires once, from the fleet's injection events.
+//
+// Source-bound input carries OpenClaw's own assertion to the fleet: the
+// request names a host assertion (hostAssertion), and the worker asks for it
+// on teamster.host.<hostId>.<attemptId>.assertCurrent right before its
+// harness dispatches the item and before every retry; hostAssert answers
+// from OpenClaw's closure. OpenClaw's assertCurrent throws (a
+// MessageInjectionAuthorityError) once the sender's authority is gone: that
+// error, not a fleet code, is what the item then fails with, so that
+// OpenClaw drops the input instead of running it as a later turn.
 
+import { randomUUID } from "node:crypto";
 import { TeamsterError, VERSION, runInjectSubject } from "./wire.js";
 
 const SETTLED = new Set(["committed", "cancelled", "rejected"]);
 
+/** isImage: OpenClaw's ImageContent, {type: "image", data (base64), mimeType}. */
+function isImage(img) {
+  return img?.type === "image" && typeof img.data === "string" && img.data !== "" && typeof img.mimeType === "string" && img.mimeType !== "";
+}
+
 export class Injector {
   /**
    * fleet: request(subject, body, timeoutMs?, {beforeSend}); attemptId;
-   * onAbort(reason): aborts the run.
+   * onAbort(reason): aborts the run; log: the plugin's logger; questions:
+   * {sessionKey, claim, cancel}, OpenClaw's pending-question helpers
+   * (claimPendingAgentQuestionAnswer, cancelPendingAgentQuestionForSession).
    */
-  constructor({ fleet, attemptId, onAbort }) {
+  constructor({ fleet, attemptId, onAbort, log, questions }) {
     this.fleet = fleet;
+    this.log = log ?? {};
+    this.questions = questions ?? {};
     this.attemptId = attemptId;
     this.onAbort = onAbort;
     this.running = true;
@@ -32,6 +51,26 @@ export class Injector {
     this.items = new Map(); // injectionId -> {settle(state, code)}
     this.early = new Map(); // injectionId -> data of events seen before the reply
     this.unknown = new Set(); // settle functions of items whose admission is uncertain
+    this.assertions = new Map(); // hostAssertion -> {assertCurrent, revoked}
+  }
+
+  /**
+   * hostAssert answers the worker's assertCurrent callback: true while the
+   * item's OpenClaw assertion holds. An unknown id (the item settled, the run
+   * ended) is false, and once false an assertion stays false.
+   */
+  hostAssert(id) {
+    const a = this.assertions.get(id);
+    if (!a || a.revoked) return false;
+    try {
+      if (a.assertCurrent() !== false) return true;
+      a.revoked = new TeamsterError("source_revoked", "teamster: the steering input's authority is no longer current");
+    } catch (err) {
+      a.revoked = err;
+    }
+    const why = a.revoked?.cause?.message ?? a.revoked?.message ?? String(a.revoked);
+    this.log.info?.(`teamster: attempt ${this.attemptId} steering assertion ${id} no longer holds (${why}); the fleet drops the item`);
+    return false;
   }
 
   /** available: steering can be carried to the fleet right now. */
@@ -60,6 +99,7 @@ export class Injector {
    */
   end() {
     this.running = false;
+    this.assertions.clear();
     for (const item of [...this.items.values()]) item.settle("unknown");
     for (const settle of [...this.unknown]) settle();
   }
@@ -77,22 +117,59 @@ export class Injector {
    * the item), so that OpenClaw never replays it.
    */
   async queue(text, options, assertCurrent, authorityKind) {
-    if (authorityKind === "source-bound") {
-      // The fleet's source-bound authority needs a source id and generation
-      // that OpenClaw does not expose; never relabel such input as "run".
+    if (authorityKind !== "run" && authorityKind !== "source-bound") {
       options?.onQueueAccepted?.(false);
-      throw new TeamsterError("injection_requires_v2", "teamster: source-bound steering cannot be carried to the fleet by this plugin (OpenClaw exposes no source identity the fleet could check)");
+      throw new TeamsterError("invalid_request", `teamster: unknown steering authority ${JSON.stringify(authorityKind)}`);
+    }
+    if (authorityKind === "source-bound" && typeof assertCurrent !== "function") {
+      // Never relabelled as run input: without OpenClaw's assertion there is
+      // nothing the fleet could check.
+      options?.onQueueAccepted?.(false);
+      throw new TeamsterError("invalid_request", "teamster: source-bound steering without an assertion");
     }
     if (typeof text !== "string" || !text) {
       options?.onQueueAccepted?.(false);
       throw new TeamsterError("invalid_request", "teamster: steering input must be non-empty text");
     }
-    if ((options?.images?.length ?? 0) > 0) {
-      options?.onQueueAccepted?.(false);
-      throw new TeamsterError("invalid_request", "teamster: steering carries text only");
+    // A plain-text message from the user while the fleet's harness waits
+    // for an answer (a userInput callback OpenClaw is asking) is that answer,
+    // as in OpenClaw's own runtime: it is claimed, not steered.
+    if (options?.isInboundUserMessage === true && (options.images?.length ?? 0) === 0 && (options.media?.length ?? 0) === 0 &&
+      (await this.claimAnswer(text, options, assertCurrent, authorityKind))) {
+      options.onQueueAccepted?.(true);
+      try {
+        options.onQueueSettled?.();
+      } catch {}
+      return undefined;
     }
-    const body = { v: VERSION, attemptId: this.attemptId, text, authorityKind: "run" };
+    const images = options?.images ?? [];
+    if (!Array.isArray(images) || !images.every(isImage)) {
+      options?.onQueueAccepted?.(false);
+      throw new TeamsterError("invalid_request", "teamster: steering images are {type: \"image\", data: base64, mimeType}");
+    }
+    if ((options?.media?.length ?? 0) > 0) {
+      // Attachments OpenClaw keeps as files (too large to be inline images,
+      // or not images): the fleet's inject carries inline images only, so
+      // OpenClaw runs such input as the next turn.
+      options?.onQueueAccepted?.(false);
+      throw new TeamsterError("invalid_request", "teamster: steering carries inline images only, not file attachments");
+    }
+    const body = { v: VERSION, attemptId: this.attemptId, text, authorityKind };
+    // Within the envelope's 1 MiB: a larger request fails to encode
+    // (payload_too_large) before anything is sent.
+    if (images.length > 0) body.images = images.map(({ type, data, mimeType }) => ({ type, data, mimeType }));
     if (Number.isInteger(options?.debounceMs) && options.debounceMs >= 0 && options.debounceMs <= 60000) body.debounceMs = options.debounceMs;
+    let assertion;
+    if (authorityKind === "source-bound") {
+      assertion = { id: `oc-${randomUUID()}`, assertCurrent, revoked: undefined };
+      body.hostAssertion = assertion.id;
+      this.assertions.set(assertion.id, assertion);
+    }
+    const forget = () => assertion && this.assertions.delete(assertion.id);
+    // failure is what an item the fleet refused or dropped fails with: the
+    // authority error OpenClaw's assertion threw, when the fleet asked for it
+    // and it no longer held (OpenClaw then drops the input), else the fleet's.
+    const failure = (err) => assertion?.revoked ?? err;
     const check = () => {
       if (!this.available) {
         throw new TeamsterError("no_active_run", this.running && !this.claimed
@@ -108,16 +185,19 @@ export class Injector {
       check();
       rep = await this.fleet.request(runInjectSubject(this.attemptId), body, undefined, { beforeSend: check });
     } catch (err) {
-      if (err?.uncertain === true) return this.uncertain(options, err);
+      if (err?.uncertain === true) return this.uncertain(options, err, forget);
+      forget();
       options?.onQueueAccepted?.(false);
       throw err;
     }
     if (rep.status !== "accepted") {
+      forget();
       options?.onQueueAccepted?.(false);
-      throw TeamsterError.from(rep.error, "the fleet refused the injection");
+      throw failure(TeamsterError.from(rep.error, "the fleet refused the injection"));
     }
     options?.onQueueAccepted?.(true);
     const id = rep.injectionId;
+    if (assertion) this.log.info?.(`teamster: attempt ${this.attemptId} took steering ${id} as source-bound input under OpenClaw's assertion ${assertion.id}`);
     let settle;
     const settled = new Promise((resolve) => {
       let done = false;
@@ -125,6 +205,7 @@ export class Injector {
         if (done) return;
         done = true;
         this.items.delete(id);
+        forget();
         try {
           options?.onQueueSettled?.();
         } catch {}
@@ -144,7 +225,36 @@ export class Injector {
     if (state === "unknown") {
       return { transcriptCommit: "unconfirmed", errorMessage: "teamster: the fleet turn ended without reporting whether it took the steering input" };
     }
-    throw new TeamsterError(code || "cancelled", `teamster: the steering input was ${state} by the fleet${code ? ` (${code})` : ""}`);
+    throw failure(new TeamsterError(code || "cancelled", `teamster: the steering input was ${state} by the fleet${code ? ` (${code})` : ""}`));
+  }
+
+  /**
+   * claimAnswer offers text as the answer to the session's pending question
+   * (OpenClaw's claimPendingAgentQuestionAnswer, under the input's own
+   * authority): true when it was taken. Without the helper, or without a
+   * question pending, it is false.
+   */
+  async claimAnswer(text, options, assertCurrent, authorityKind) {
+    const { claim, sessionKey } = this.questions;
+    if (typeof claim !== "function" || !sessionKey) return false;
+    return (
+      (await claim({
+        sessionKey, text, sourceRecorder: options?.userTurnTranscriptRecorder,
+        ...(typeof assertCurrent === "function" ? { authority: { kind: authorityKind, assertCurrent } } : {}),
+      })) === true
+    );
+  }
+
+  /** cancelQuestion cancels the session's pending question (OpenClaw's cancelPendingUserInput). */
+  async cancelQuestion(resolvedBy, assertCurrent, authorityKind) {
+    const { cancel, sessionKey } = this.questions;
+    if (typeof cancel !== "function" || !sessionKey) return false;
+    return (
+      (await cancel({
+        sessionKey, resolvedBy,
+        ...(typeof assertCurrent === "function" ? { authority: { kind: authorityKind, assertCurrent } } : {}),
+      })) === true
+    );
   }
 
   /**
@@ -152,13 +262,14 @@ export class Injector {
    * item. It is reported unconfirmed (never replayed) and settled when the
    * run ends, the last moment its fate can change.
    */
-  uncertain(options, err) {
+  uncertain(options, err, forget) {
     options?.onQueueAccepted?.(true);
     let done = false;
     const settle = () => {
       if (done) return;
       done = true;
       this.unknown.delete(settle);
+      forget();
       try {
         options?.onQueueSettled?.();
       } catch {}
@@ -183,7 +294,9 @@ export class Injector {
       kind: "embedded",
       runId: ids.runId,
       startedAtMs: ids.startedAtMs,
-      supportsQueueMessageImages: false,
+      // Inline images travel with the input (InjectRequest.images), up to
+      // the envelope's 1 MiB.
+      supportsQueueMessageImages: true,
       // queue() honours waitForTranscriptCommit: it resolves once the fleet's
       // harness took the input.
       supportsTranscriptCommitWait: true,
@@ -191,6 +304,10 @@ export class Injector {
         version: 2,
         isAvailable: () => self.available,
         queueMessage: (text, options, assertCurrent, authorityKind) => self.queue(text, options, assertCurrent, authorityKind),
+        // A question the fleet's harness is asking (userInput), answered or
+        // cancelled under the input's own assertion.
+        claimPendingUserInputAnswer: (text, options, assertCurrent, authorityKind) => self.claimAnswer(text, options, assertCurrent, authorityKind),
+        cancelPendingUserInput: (resolvedBy, assertCurrent, authorityKind) => self.cancelQuestion(resolvedBy, assertCurrent, authorityKind),
       },
       // The handle type requires queueMessage; OpenClaw prefers the V2
       // capability above whenever it is present. Without an assertion this

@@ -30,15 +30,17 @@
 
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, afterEach, before, test } from "node:test";
 import {
-  Proc, buildTeamster, cliEnv, e2eSecure, fleetCredentials, fleetUrl, freePort, gatewayClient, gatewayIdentity, installPlugin, node24, openclawEntry,
-  openclawEnv, pluginDir, readJson, requireFile, startFleet, tempDir,
+  OWNER_PROFILE, Proc, buildTeamster, cliEnv, e2eSecure, fleetCredentials, fleetUrl, freePort, gatewayClient, gatewayIdentity, installPlugin, node24,
+  openclawEntry, openclawEnv, operatorClient, pluginDir, readJson, requireFile, startFleet, tempDir,
 } from "../support/env.js";
 
 const TOKEN = "teamster-e2e-token";
+const seamsDir = join(pluginDir, "test/fixtures/seams");
 const STEER = "steer: turn left at the lighthouse";
 // The fleet identities of the OpenClaw processes (under --secure).
 const GATEWAY_ID = "gateway-1";
@@ -69,6 +71,20 @@ async function setUpHome(cfgPath, env, config) {
   assert.equal(installed.plugins.entries?.teamster?.enabled, true, "the install enabled the plugin");
   installed.plugins.entries.teamster = { ...installed.plugins.entries.teamster, config: teamster.config };
   writeFileSync(cfgPath, JSON.stringify(installed, null, 2));
+}
+
+/**
+ * addSeamsPlugin loads the test's fixture plugin (test/fixtures/seams: a
+ * tool, a tool-result middleware, an agent_end hook) into the gateway beside
+ * teamster: a load path, allowed and explicitly enabled (OpenClaw lets only
+ * such a plugin register a middleware), with conversation access (agent_end).
+ */
+function addSeamsPlugin(cfgPath) {
+  const c = readJson(cfgPath);
+  c.plugins.load.paths.push(seamsDir);
+  c.plugins.allow.push("seams");
+  c.plugins.entries.seams = { enabled: true, hooks: { allowConversationAccess: true } };
+  writeFileSync(cfgPath, JSON.stringify(c, null, 2));
 }
 
 /**
@@ -148,6 +164,16 @@ async function attemptsOf(sessionKey, what, count = 1, timeoutMs = 60000) {
   }
 }
 
+/** logMatch waits until the gateway's log matches re; false after timeoutMs. */
+async function logMatch(re, timeoutMs) {
+  const until = Date.now() + timeoutMs;
+  while (!re.test(gatewayLog())) {
+    if (Date.now() > until) return false;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return true;
+}
+
 /** assistantReply polls the session's history until an assistant row matches re. */
 async function assistantReply(sessionKey, re, timeoutMs = 120000) {
   const isReply = (m) => m.role === "assistant" && re.test(m.text);
@@ -197,6 +223,7 @@ before(async () => {
   execOk = exec("exec", natsUrl, "hello from agent exec", fleetReady);
   execOk.catch(() => {});
   await setUpHome(cfgPath, gwEnv, openclawConfig(natsUrl, gatewayPort, gatewayIdentity(creds, GATEWAY_ID)));
+  addSeamsPlugin(cfgPath);
   console.log(`# plugin installed into the gateway's home at ${since()}`);
   // The gateway starts now (the plugin connects at its first turn).
   gateway = oc(["gateway", "run", "--bind", "loopback", "--auth", "token", "--port", String(gatewayPort)], gwEnv);
@@ -261,7 +288,8 @@ export function openclawConfig(url, port, identity = {}) {
           api: "openai-completions",
           apiKey: "not-used",
           agentRuntime: { id: "teamster" },
-          models: [{ id: "echo", name: "teamster scripted echo" }],
+          // Image input, so that OpenClaw hands images to the harness inline.
+          models: [{ id: "echo", name: "teamster scripted echo", input: ["text", "image"] }],
         },
       },
     },
@@ -369,6 +397,176 @@ test("steering a running turn (chat.send, queueMode steer) reaches the scripted 
   assert.equal(ids.length, 1);
   assert.deepEqual(await attemptsOf(key, "accepted", 2, 0), ids, "the steer did not become its own fleet turn");
   assert.ok(fleetResult(ids[0]).assistantTexts.includes(STEER));
+});
+
+test("a source-bound steer (a person's client, expectedProfileId) reaches the running fleet turn under OpenClaw's own assertion", async () => {
+  await gatewayReady; // also when run alone (--test-name-pattern)
+  // The Control UI's way: a person's client sends the steer with
+  // expectedProfileId, so OpenClaw hands it to the harness as source-bound
+  // input with an assertion. The plugin sends it to the fleet with a host
+  // assertion; the worker asks the gateway for it right before dispatch.
+  const key = "agent:main:e2e-steer-bound";
+  const op = await operatorClient({ url: `ws://127.0.0.1:${gatewayPort}`, token: TOKEN });
+  try {
+    await op.request("chat.send", {
+      sessionKey: key,
+      message: JSON.stringify({ script: [{ say: "waiting for the operator" }, { awaitInjection: 60000 }, { say: "done" }] }),
+      idempotencyKey: op.randomKey("e2e-bound-turn"),
+    });
+    const [id] = await attemptsOf(key, "claimed", 1, 120000);
+    assert.ok(id, "the fleet claims the turn");
+    const steer = "operator steer: take the coast road";
+    const ack = await op.request("chat.send", { sessionKey: key, message: steer, queueMode: "steer", idempotencyKey: op.randomKey("e2e-bound-steer") },
+      { expectedProfileId: OWNER_PROFILE });
+    assert.equal(ack?.status, "started", JSON.stringify(ack));
+    const { rows, text } = await assistantReply(key, /done/, 120000);
+    assert.ok(text, `the steered turn ended:\n${JSON.stringify(rows)}\n${gatewayLog().slice(-3000)}`);
+    assert.match(text, new RegExp(`waiting for the operator[\\s\\S]*${steer}[\\s\\S]*done`));
+    assert.match(gatewayLog(), new RegExp(`teamster: attempt ${id} took steering \\S+ as source-bound input under OpenClaw's assertion oc-`),
+      "the plugin sent the steer as source-bound, not as run input");
+    assert.ok(fleetResult(id).assistantTexts.includes(steer));
+    assert.deepEqual(await attemptsOf(key, "accepted", 2, 0), [id], "the steer did not become its own fleet turn");
+  } finally {
+    op.stop();
+  }
+});
+
+test("a source-bound steer whose sender is revoked before the fleet dispatches it is dropped; run input beside it is still committed", async () => {
+  await gatewayReady; // also when run alone (--test-name-pattern)
+  const key = "agent:main:e2e-steer-revoked";
+  const op = await operatorClient({ url: `ws://127.0.0.1:${gatewayPort}`, token: TOKEN });
+  try {
+    // The harness queues input at once and dispatches it only after its
+    // sleep: the window in which the sender loses its authority.
+    await op.request("chat.send", {
+      sessionKey: key,
+      message: JSON.stringify({ script: [{ say: "listening" }, { sleep: 8000 }, { awaitInjection: 1000 }, { say: "done" }] }),
+      idempotencyKey: op.randomKey("e2e-revoke-turn"),
+    });
+    const [id] = await attemptsOf(key, "claimed", 1, 120000);
+    assert.ok(id, "the fleet claims the turn");
+    const bound = "operator steer: open the floodgates";
+    const plain = "run steer: keep to the schedule";
+    assert.equal((await op.request("chat.send", { sessionKey: key, message: bound, queueMode: "steer", idempotencyKey: op.randomKey("e2e-revoke-bound") },
+      { expectedProfileId: OWNER_PROFILE }))?.status, "started");
+    assert.equal((await op.request("chat.send", { sessionKey: key, message: plain, queueMode: "steer", idempotencyKey: op.randomKey("e2e-revoke-plain") }))?.status, "started");
+    // The fleet admitted the source-bound item (the worker asked the gateway
+    // once already); only then is the sender revoked.
+    assert.ok(await logMatch(new RegExp(`teamster: attempt ${id} took steering \\S+ as source-bound input`), 30000), "the fleet admitted the source-bound steer");
+    // The sender's device is removed: its authority ends.
+    await rpc("device.pair.remove", { deviceId: op.deviceId });
+    const { rows, text } = await assistantReply(key, /done/, 120000);
+    assert.ok(text, `the turn ended:\n${JSON.stringify(rows)}\n${gatewayLog().slice(-3000)}`);
+    assert.match(text, new RegExp(plain), "the run input beside it was committed");
+    assert.doesNotMatch(text, new RegExp(bound), "the fleet dispatched a steer whose sender was revoked");
+    assert.match(gatewayLog(), new RegExp(`teamster: attempt ${id} steering assertion oc-\\S+ no longer holds`));
+    const res = fleetResult(id);
+    assert.ok(res.assistantTexts.includes(plain) && !res.assistantTexts.includes(bound), JSON.stringify(res.assistantTexts));
+    // Dropped, not replayed: OpenClaw runs no later turn with it.
+    await new Promise((r) => setTimeout(r, 3000));
+    assert.deepEqual(await attemptsOf(key, "accepted", 2, 0), [id], "the revoked steer became a turn of its own");
+    assert.ok(!(await history(key)).some((m) => m.role === "assistant" && m.text.includes(bound)));
+  } finally {
+    op.stop();
+  }
+});
+
+test("a steer with an image reaches the fleet turn with the image whole", async () => {
+  await gatewayReady; // also when run alone (--test-name-pattern)
+  const key = "agent:main:e2e-steer-image";
+  // A 1x1 PNG.
+  const png = Buffer.from("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==", "base64");
+  await rpc("chat.send", {
+    sessionKey: key,
+    message: JSON.stringify({ script: [{ say: "show me" }, { awaitInjection: 60000 }, { say: "done" }] }),
+    idempotencyKey: `e2e-image-turn-${Date.now()}`,
+  });
+  const [id] = await attemptsOf(key, "claimed", 1, 120000);
+  assert.ok(id, "the fleet claims the turn");
+  const steer = "this is the dot I meant";
+  const ack = await rpc("chat.send", {
+    sessionKey: key, message: steer, queueMode: "steer", idempotencyKey: `e2e-image-steer-${Date.now()}`,
+    attachments: [{ type: "image", mimeType: "image/png", fileName: "dot.png", content: png.toString("base64") }],
+  });
+  assert.equal(ack?.status, "started", JSON.stringify(ack));
+  const { rows, text } = await assistantReply(key, /done/, 120000);
+  assert.ok(text, `the turn ended:\n${JSON.stringify(rows)}\n${gatewayLog().slice(-3000)}`);
+  // The scripted harness shows each injected image as its type, size and hash.
+  const hash = createHash("sha256").update(png).digest("hex").slice(0, 12);
+  const res = fleetResult(id);
+  assert.deepEqual(res.assistantTexts.slice(1, 3), [steer, `[image image/png, ${png.length} bytes, sha256 ${hash}]`], JSON.stringify(res.assistantTexts));
+  assert.deepEqual(await attemptsOf(key, "accepted", 2, 0), [id], "the steer did not become its own fleet turn");
+});
+
+test("resetting a session in OpenClaw (sessions.reset) resets the fleet's record of it", async () => {
+  await gatewayReady; // also when run alone (--test-name-pattern)
+  const key = "agent:main:e2e-reset";
+  const final = await agentTurn(key, "before the reset");
+  assert.equal(final.status, "ok", JSON.stringify(final));
+  await rpc("sessions.reset", { key });
+  // OpenClaw calls the harness's reset; the fleet had a record (the turn
+  // above wrote it) and cleared its binding, state and lock.
+  assert.ok(await logMatch(new RegExp(`teamster: session ${key} reset on the fleet \\(reset\\)(?!:)`), 30000),
+    `the plugin reset the fleet session:\n${gatewayLog().slice(-3000)}`);
+  // A session the fleet never ran is answered too, without a record.
+  await rpc("sessions.reset", { key: "agent:main:e2e-never-ran" }).catch(() => {});
+  const after = await agentTurn(key, "after the reset");
+  assert.equal(after.status, "ok", JSON.stringify(after));
+  assert.equal(replyOf(after), "after the reset");
+});
+
+test("OpenClaw's seams act on fleet turns: a registered tool-result middleware transforms a fleet tool result before the harness gets it, and agent_end fires once per turn", async () => {
+  await gatewayReady; // also when run alone (--test-name-pattern)
+  const key = "agent:main:e2e-seams";
+  const final = await agentTurn(key, JSON.stringify({ script: [{ tool: { name: "seams_echo", args: { text: "ping" } } }, { say: "done" }] }));
+  assert.equal(final.status, "ok", JSON.stringify(final));
+  const [id] = await attemptsOf(key, "ended ok");
+  assert.ok(id, "the turn ran on the fleet");
+  // The scripted harness appends the tool result it received: the
+  // middleware's, not the tool's own.
+  const texts = fleetResult(id).assistantTexts;
+  assert.ok(texts.some((t) => t.includes("[mw] echo ping")), `the harness got the middleware's result:\n${JSON.stringify(texts)}\n${gatewayLog().slice(-3000)}`);
+  assert.ok(!texts.some((t) => /"echo ping"/.test(t)), "the harness got the raw tool result");
+  // agent_end: once for the turn (side effects run after the turn returns).
+  assert.ok(await logMatch(new RegExp(`seams: agent_end session=${key} success=true`), 30000), `agent_end fired:\n${gatewayLog().slice(-3000)}`);
+  await new Promise((r) => setTimeout(r, 2000));
+  // Counted in the log file, one JSON line per entry (stdout repeats it).
+  const lines = readFileSync(join(work, "openclaw.log"), "utf8").split("\n").filter((l) => l.includes(`"message":"seams: agent_end session=${key} `));
+  assert.equal(lines.length, 1, `agent_end fired once:\n${lines.join("\n")}`);
+});
+
+test("a fleet harness's question (userInput) is asked in the channel and the user's reply answers it", async () => {
+  await gatewayReady; // also when run alone (--test-name-pattern)
+  // A person's session (OpenClaw keeps questions to sessions with a user
+  // profile): the turn and the answer come from their client.
+  const key = "agent:main:e2e-ask";
+  const op = await operatorClient({ url: `ws://127.0.0.1:${gatewayPort}`, token: TOKEN });
+  try {
+    await op.request("chat.send", {
+      sessionKey: key,
+      message: JSON.stringify({ script: [{ say: "one question first" }, { ask: { question: "Which way, left or right?", choices: ["left", "right"] } }, { say: "done" }] }),
+      idempotencyKey: op.randomKey("e2e-ask-turn"),
+    });
+    const [id] = await attemptsOf(key, "claimed", 1, 120000);
+    assert.ok(id, "the fleet claims the turn");
+    assert.ok(await logMatch(new RegExp(`teamster: attempt ${id} asks the user a question`), 60000), `the plugin asked:\n${gatewayLog().slice(-3000)}`);
+    // The question is OpenClaw's own, pending on the session.
+    let pending;
+    for (let until = Date.now() + 30000; !pending && Date.now() < until; await new Promise((r) => setTimeout(r, 250))) {
+      const list = await op.request("question.list", {});
+      pending = (list?.questions ?? []).find((q) => q.sessionKey === key && q.status === "pending");
+    }
+    assert.ok(pending, `OpenClaw lists the fleet harness's question as pending:\n${gatewayLog().slice(-3000)}`);
+    // The user replies in the channel.
+    await op.request("chat.send", { sessionKey: key, message: "left", idempotencyKey: op.randomKey("e2e-ask-answer") });
+    const { rows, text } = await assistantReply(key, /done/, 120000);
+    assert.ok(text, `the turn ended:\n${JSON.stringify(rows)}\n${gatewayLog().slice(-3000)}`);
+    const res = fleetResult(id);
+    assert.deepEqual(res.assistantTexts, ["one question first", "left", "done"], JSON.stringify(res.assistantTexts));
+    assert.deepEqual(await attemptsOf(key, "accepted", 2, 0), [id], "the answer did not become its own fleet turn");
+  } finally {
+    op.stop();
+  }
 });
 
 test("a turn started by the gateway's agent method cannot be steered: the message becomes the next turn", async () => {

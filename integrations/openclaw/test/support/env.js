@@ -169,6 +169,85 @@ export async function gatewayClient({ url, token, stateDir }) {
 }
 
 /**
+ * The profile OpenClaw 2026.9.6 binds a non-ephemeral operator client with
+ * the shared token to: the gateway owner (user-profile-constants).
+ */
+export const OWNER_PROFILE = "gateway-owner";
+
+/** Request frames to mark with expectedProfileId, by frame id; see operatorClient. */
+const profileOfFrame = new Map();
+let framesPatched = false;
+
+/**
+ * operatorClient connects to the gateway as a person's client does (the
+ * Control UI, say): OpenClaw's GatewayClient in mode "test", not an
+ * ephemeral CLI client, with a device identity of its own and the shared
+ * token, so that the gateway binds the connection to the owner's profile.
+ *
+ * request(method, params, {expectedProfileId}) sends the request frame with
+ * expectedProfileId, as the Control UI does: OpenClaw then hands a steer
+ * from this client to the harness as source-bound input, with an assertion
+ * that holds while this request's admission and this device's authority do
+ * (and no longer once the device is removed: device.pair.remove). OpenClaw's
+ * client has no option for the field, so frames are marked at the socket,
+ * by their method and a one-shot token in their params.
+ */
+export async function operatorClient({ url, token }) {
+  const { generateKeyPairSync, createHash, createPublicKey, randomUUID } = await import("node:crypto");
+  const { createRequire } = await import("node:module");
+  const { publicKey, privateKey } = generateKeyPairSync("ed25519");
+  const publicKeyPem = publicKey.export({ type: "spki", format: "pem" });
+  const privateKeyPem = privateKey.export({ type: "pkcs8", format: "pem" });
+  // OpenClaw's device id: sha256 of the raw 32-byte Ed25519 public key.
+  const raw = createPublicKey(publicKeyPem).export({ type: "spki", format: "der" }).subarray(-32);
+  const deviceId = createHash("sha256").update(raw).digest("hex");
+  if (!framesPatched) {
+    // The same ws module OpenClaw's client sends with (dist/websocket-*.mjs).
+    const req = createRequire(join(openclawDir, "package.json"));
+    const WS = req(join(dirname(req.resolve("ws/package.json")), "lib/websocket.js"));
+    const send = WS.prototype.send;
+    WS.prototype.send = function (data, ...rest) {
+      if (typeof data === "string" && profileOfFrame.size > 0 && data.startsWith('{"type":"req"')) {
+        const f = JSON.parse(data);
+        const mark = f.params?.idempotencyKey;
+        if (profileOfFrame.has(mark)) {
+          f.expectedProfileId = profileOfFrame.get(mark);
+          profileOfFrame.delete(mark);
+          data = JSON.stringify(f);
+        }
+      }
+      return send.call(this, data, ...rest);
+    };
+    framesPatched = true;
+  }
+  const { GatewayClient } = await import(pathToFileURL(join(openclawDir, "dist/plugin-sdk/gateway-runtime.js")).href);
+  let hello, failed;
+  const ready = new Promise((res, rej) => {
+    hello = res;
+    failed = rej;
+  });
+  const client = new GatewayClient({
+    url, token, clientName: "test", mode: "test", deviceIdentity: { deviceId, publicKeyPem, privateKeyPem },
+    onHelloOk: hello, onConnectError: (err) => failed(err),
+  });
+  client.start();
+  await Promise.race([ready, new Promise((_, rej) => setTimeout(() => rej(new Error(`operator client: no hello from ${url} in 30 s`)), 30000))]);
+  return {
+    deviceId,
+    /** request sends one request; expectedProfileId marks its frame (it needs params.idempotencyKey). */
+    request(method, params, { expectedProfileId, timeoutMs = 60000 } = {}) {
+      if (expectedProfileId !== undefined) {
+        if (typeof params?.idempotencyKey !== "string") throw new Error("operatorClient: expectedProfileId needs params.idempotencyKey");
+        profileOfFrame.set(params.idempotencyKey, expectedProfileId);
+      }
+      return client.request(method, params, { timeoutMs });
+    },
+    stop: () => client.stop(),
+    randomKey: (prefix) => `${prefix}-${randomUUID()}`,
+  };
+}
+
+/**
  * e2eSecure: the end-to-end tests run the fleet with `teamster dev --secure
  * DIR` (TLS, NKeys and the production NATS permissions) and the plugin as a
  * gateway with an identity; TEAMSTER_E2E_INSECURE=1 runs them against a

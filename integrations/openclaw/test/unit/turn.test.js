@@ -8,9 +8,10 @@ import { test } from "node:test";
 import { NoRespondersError } from "@nats-io/transport-node";
 import { resolveConfig } from "../../src/config.js";
 import { Fleet } from "../../src/fleet.js";
-import { Turn, createTeamsterHarness } from "../../src/harness.js";
+import { Turn, createTeamsterHarness, resetSession } from "../../src/harness.js";
+import { HostCallbacks } from "../../src/host.js";
 import { Injector } from "../../src/injection.js";
-import { ERROR_CODES, VERSION, decode, newAttemptId, resultStatusFor } from "../../src/wire.js";
+import { ERROR_CODES, VERSION, decode, encode, newAttemptId, resultStatusFor } from "../../src/wire.js";
 import { freePort } from "../support/env.js";
 import { FleetPlay, flushFleet, pluginFleet, until, useNatsServer } from "../support/nats.js";
 import { params } from "../support/params.js";
@@ -273,11 +274,15 @@ test("V2 injection asserts immediately before dispatch and settles once", async 
   let n = 0;
   await assert.rejects(h.queueMessage("no", {}, () => { if (++n > 1) throw new Error("revoked"); }, "run"), /revoked/);
   await assert.rejects(h.queueMessage("no", {}, () => false, "run"), (e) => e.code === "cancelled");
-  // Source-bound input is never relabelled as run input, and images are refused.
+  // Source-bound input without an assertion is never relabelled as run
+  // input, an unknown authority is refused, and so are images that are not
+  // OpenClaw's inline ImageContent and file attachments.
   const refused = [];
-  await assert.rejects(h.queueMessage("sb", { onQueueAccepted: (a) => refused.push(a) }, () => {}, "source-bound"), (e) => e.code === "injection_requires_v2");
+  await assert.rejects(h.queueMessage("sb", { onQueueAccepted: (a) => refused.push(a) }, undefined, "source-bound"), (e) => e.code === "invalid_request");
+  await assert.rejects(h.queueMessage("x", { onQueueAccepted: (a) => refused.push(a) }, () => {}, "owner"), (e) => e.code === "invalid_request");
   await assert.rejects(h.queueMessage("img", { images: [{ type: "image" }] }, () => {}, "run"), (e) => e.code === "invalid_request");
-  assert.deepEqual(refused, [false]);
+  await assert.rejects(h.queueMessage("file", { media: [{ path: "/tmp/x.pdf" }] }, () => {}, "run"), (e) => e.code === "invalid_request");
+  assert.deepEqual(refused, [false, false]);
   await flushFleet(fleet);
   await play.flush();
   assert.equal(sent().length, 1, "nothing refused reached the worker");
@@ -292,6 +297,69 @@ test("V2 injection asserts immediately before dispatch and settles once", async 
   assert.equal(h.isAvailable(), false);
   await assert.rejects(h.queueMessage("late", {}, () => {}, "run"), (e) => e.code === "no_active_run");
   assert.equal(sent().length, 2);
+});
+
+test("source-bound steering carries OpenClaw's assertion to the fleet, which asks for it at dispatch", async (t) => {
+  const { inj, sent, settle, attemptId, h } = await claimedInjector(t);
+  // OpenClaw's assertion: returns while current, throws its authority error
+  // once revoked, and keeps throwing.
+  class MessageInjectionAuthorityError extends Error {}
+  let revoked;
+  const assertCurrent = () => {
+    if (revoked) throw revoked;
+  };
+  const kept = h.queueMessage("turn left", { waitForTranscriptCommit: true }, assertCurrent, "source-bound");
+  await until(() => sent().length === 1, "the inject request");
+  const [body] = sent();
+  assert.deepEqual(Object.keys(body).sort(), ["attemptId", "authorityKind", "hostAssertion", "text", "v"]);
+  assert.equal(body.authorityKind, "source-bound");
+  assert.equal(body.attemptId, attemptId);
+  assert.match(body.hostAssertion, /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/);
+  // The worker asks (assertCurrent host callback): current.
+  assert.equal(inj.hostAssert(body.hostAssertion), true);
+  assert.equal(inj.hostAssert("oc-unknown"), false);
+  settle({ injectionId: "inj-1", state: "committed" });
+  assert.equal(await kept, undefined);
+  assert.equal(inj.hostAssert(body.hostAssertion), false, "a settled item's assertion is forgotten");
+
+  // Revoked after the fleet accepted it: the worker's next question gets
+  // false, the fleet drops the item, and the item fails with OpenClaw's own
+  // authority error (so OpenClaw does not run it as a later turn).
+  const dropped = h.queueMessage("turn right", { waitForTranscriptCommit: true }, assertCurrent, "source-bound");
+  await until(() => sent().length === 2, "the second inject request");
+  const id = sent()[1].hostAssertion;
+  assert.notEqual(id, body.hostAssertion);
+  revoked = new MessageInjectionAuthorityError("Message injection authority is no longer current");
+  assert.equal(inj.hostAssert(id), false);
+  revoked = undefined; // appears current again: the assertion stays false
+  assert.equal(inj.hostAssert(id), false);
+  settle({ injectionId: "inj-2", state: "rejected", code: "source_revoked" });
+  await assert.rejects(dropped, (e) => e instanceof MessageInjectionAuthorityError);
+
+  // An item in flight when the run ends: its assertion answers false.
+  const late = h.queueMessage("late", {}, assertCurrent, "source-bound");
+  await until(() => sent().length === 3, "the third inject request");
+  await late;
+  inj.end();
+  assert.equal(inj.hostAssert(sent()[2].hostAssertion), false);
+});
+
+test("steering carries inline images within the envelope's 1 MiB", async (t) => {
+  const { sent, settle, attemptId, h, inj } = await claimedInjector(t);
+  assert.equal(inj.handle({ runId: "r" }).supportsQueueMessageImages, true);
+  const img = { type: "image", data: Buffer.from("a small picture").toString("base64"), mimeType: "image/png", sourceIndex: 0 };
+  const p = h.queueMessage("look", { waitForTranscriptCommit: true, images: [img] }, () => {}, "run");
+  await until(() => sent().length === 1, "the inject request");
+  assert.deepEqual(sent()[0], { v: 1, attemptId, text: "look", authorityKind: "run", images: [{ type: "image", data: img.data, mimeType: "image/png" }] });
+  settle({ injectionId: "inj-1", state: "committed" });
+  assert.equal(await p, undefined);
+  // Over 1 MiB: refused before anything is sent (OpenClaw then runs it as
+  // the next turn).
+  const big = { ...img, data: "A".repeat(1 << 20) };
+  const accepted = [];
+  await assert.rejects(h.queueMessage("huge", { images: [big], onQueueAccepted: (a) => accepted.push(a) }, () => {}, "run"), (e) => e.code === "payload_too_large");
+  assert.deepEqual(accepted, [false]);
+  assert.equal(sent().length, 1);
 });
 
 test("steering is unavailable until a worker claimed the attempt", async (t) => {
@@ -470,9 +538,106 @@ test("host callbacks run OpenClaw's tools and report terminal outcomes", async (
   assert.equal(usage.status, "ok");
   const ui = await play.hostCall("h1", id, "userInput", { question: "?" });
   assert.equal(ui.status, "rejected");
+  // An assertion the turn never made is not current.
+  assert.deepEqual(await play.hostCall("h1", id, "assertCurrent", { assertion: "oc-nope" }), { v: 1, status: "ok", current: false });
+  assert.equal((await play.hostCall("h1", id, "assertCurrent", {})).status, "rejected");
   play.result(a, 2, { status: "ok", assistantTexts: ["done"] });
   const out = await run;
   assert.deepEqual(out.toolMetas, [{ toolName: "lookup", toolCallId: "call-1", isError: false }]);
   await flushFleet(fleet);
   await assertUnserved(play, `teamster.host.h1.${id}.tool`);
+});
+
+test("reset resets the fleet session (delete for a deleted one), waits out a running turn, and does nothing as a delegate", async (t) => {
+  const play = await FleetPlay.connect(t, nats);
+  let busy = 2;
+  let refuse = false;
+  await play.serve("teamster.session.*", (body, { subject }) => {
+    if (refuse) return { v: 1, status: "rejected", error: { code: "owner_only", message: "not the owner" } };
+    if (subject === "teamster.session.reset" && body.sessionKey === "agent:main:busy" && busy-- > 0) {
+      return { v: 1, status: "rejected", error: { code: "session_busy", message: "a turn holds the session" } };
+    }
+    if (body.sessionKey === "agent:main:gone") return { v: 1, status: "ok", noRecord: true };
+    return { v: 1, status: "ok" };
+  });
+  const fleet = pluginFleet(t, nats, CFG);
+  const logs = [];
+  const log = { info: (m) => logs.push(m), debug: (m) => logs.push(m) };
+  const harness = createTeamsterHarness({ cfg: fleet.cfg, fleet, log, logger: log });
+  await harness.reset({ agentId: "main", sessionId: "old", sessionKey: "agent:main:x", reason: "reset" });
+  await harness.reset({ sessionKey: "agent:main:y", reason: "deleted" });
+  await harness.reset({ sessionKey: "agent:main:gone", reason: "new" });
+  await harness.reset({ sessionKey: "agent:main:busy", reason: "reset" });
+  await harness.reset({ sessionId: "no-key", reason: "reset" }); // nothing to address
+  assert.deepEqual(play.requests.map((r) => [r.subject, r.body]), [
+    ["teamster.session.reset", { v: 1, sessionKey: "agent:main:x" }],
+    ["teamster.session.delete", { v: 1, sessionKey: "agent:main:y" }],
+    ["teamster.session.reset", { v: 1, sessionKey: "agent:main:gone" }],
+    ["teamster.session.reset", { v: 1, sessionKey: "agent:main:busy" }],
+    ["teamster.session.reset", { v: 1, sessionKey: "agent:main:busy" }],
+    ["teamster.session.reset", { v: 1, sessionKey: "agent:main:busy" }],
+  ]);
+  assert.ok(logs.some((m) => /agent:main:gone reset on the fleet \(new\): it had no fleet record/.test(m)), logs.join("\n"));
+  // A refusal other than session_busy throws, naming the session.
+  refuse = true;
+  await assert.rejects(resetSession({ cfg: fleet.cfg, fleet, log, params: { sessionKey: "agent:main:z" } }),
+    (e) => e.code === "owner_only" && /session agent:main:z: not the owner/.test(e.message));
+  refuse = false;
+  // A delegate sends nothing.
+  const m = play.requests.length;
+  await resetSession({ cfg: { ...fleet.cfg, gatewayId: undefined, delegatePluginId: "voice-call" }, fleet, log, params: { sessionKey: "agent:main:x" } });
+  assert.equal(play.requests.length, m);
+});
+
+test("userInput asks the turn's user through OpenClaw's question path and answers the fleet with the reply", async () => {
+  const asked = [];
+  let outcome = { status: "answered", answers: { answers: { answer: ["left"] } } };
+  const p = params({ sessionKey: "agent:main:q", agentId: "main", runId: "run-q", timeoutMs: 30000 });
+  const host = new HostCallbacks({ params: p, tools: async () => [], askUser: async (q) => (asked.push(q), outcome), attemptId: "a1" });
+  const call = (body) => host.handle("userInput", encode({ v: 1, ...body }));
+  assert.deepEqual(await call({ question: "Which way?", choices: ["left", "right"] }), { v: 1, status: "ok", answer: "left" });
+  assert.equal(asked.length, 1);
+  assert.deepEqual(asked[0].questions, [{ id: "answer", header: "Question", question: "Which way?", options: [{ label: "left" }, { label: "right" }] }]);
+  assert.equal(asked[0].sessionKey, "agent:main:q");
+  assert.equal(asked[0].runId, "run-q");
+  assert.equal(asked[0].timeoutMs, 30000);
+  assert.equal(asked[0].delivery, p, "the question is delivered with the attempt's own params (its host capabilities bind the answer's authority)");
+  outcome = { status: "expired" };
+  assert.equal((await call({ question: "?" })).error.code, "deadline_exceeded");
+  outcome = { status: "cancelled" };
+  assert.equal((await call({ question: "?" })).error.code, "cancelled");
+  assert.equal((await call({})).error.code, "invalid_request");
+  const noSdk = new HostCallbacks({ params: p, tools: async () => [] });
+  assert.equal((await noSdk.handle("userInput", encode({ v: 1, question: "?" }))).status, "rejected");
+});
+
+test("a plain-text message while the fleet's harness asks is claimed as the answer, not steered", async (t) => {
+  const claims = [];
+  let pending = true;
+  const { sent, inj } = await claimedInjector(t);
+  inj.questions = { sessionKey: "agent:main:q", claim: async (c) => (claims.push(c), pending), cancel: async () => true };
+  const h = inj.handle({ runId: "r" }).messageInjectionV2;
+  const calls = [];
+  const assertCurrent = () => {};
+  const recorder = {};
+  const r = await h.queueMessage("left", { isInboundUserMessage: true, userTurnTranscriptRecorder: recorder, onQueueAccepted: (a) => calls.push(a), onQueueSettled: () => calls.push("settled") }, assertCurrent, "run");
+  assert.equal(r, undefined);
+  assert.deepEqual(calls, [true, "settled"]);
+  assert.equal(claims.length, 1);
+  assert.equal(claims[0].text, "left");
+  assert.equal(claims[0].sessionKey, "agent:main:q");
+  assert.equal(claims[0].sourceRecorder, recorder);
+  assert.deepEqual(claims[0].authority, { kind: "run", assertCurrent });
+  await flushFleet(inj.fleet);
+  assert.equal(sent().length, 0, "an answer is not steering");
+  // The V2 handle's own claim and cancel go to the same helpers.
+  assert.equal(await h.claimPendingUserInputAnswer("right", {}, assertCurrent, "source-bound"), true);
+  assert.equal(claims[1].authority.kind, "source-bound");
+  assert.equal(await h.cancelPendingUserInput("image-reply", assertCurrent, "run"), true);
+  // No question pending: the message is steering.
+  pending = false;
+  const p2 = h.queueMessage("steer on", { isInboundUserMessage: true }, assertCurrent, "run");
+  await until(() => sent().length === 1, "the inject request");
+  inj.end();
+  await p2;
 });
