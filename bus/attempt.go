@@ -43,13 +43,18 @@ type Attempt struct {
 	Images                      []json.RawMessage `json:"images,omitempty"`
 	Tools                       []Tool            `json:"tools,omitempty"`
 	// ToolsAllow nil means no restriction; an empty list is restrictive.
-	ToolsAllow              *[]string        `json:"toolsAllow,omitempty"`
-	TimeoutMs               int64            `json:"timeoutMs,omitempty"`
-	SettlementTimeoutMs     *int64           `json:"settlementTimeoutMs,omitempty"`
-	QueueTimeoutMs          int64            `json:"queueTimeoutMs,omitempty"`
-	ReplyTo                 string           `json:"replyTo,omitempty"`
-	HostID                  string           `json:"hostId,omitempty"`
-	CaptureRuntimeArtifact  bool             `json:"captureRuntimeArtifact,omitempty"`
+	ToolsAllow             *[]string `json:"toolsAllow,omitempty"`
+	TimeoutMs              int64     `json:"timeoutMs,omitempty"`
+	SettlementTimeoutMs    *int64    `json:"settlementTimeoutMs,omitempty"`
+	QueueTimeoutMs         int64     `json:"queueTimeoutMs,omitempty"`
+	ReplyTo                string    `json:"replyTo,omitempty"`
+	HostID                 string    `json:"hostId,omitempty"`
+	CaptureRuntimeArtifact bool      `json:"captureRuntimeArtifact,omitempty"`
+	// StageReplyMedia asks the worker, once the harness returned ok, to let
+	// the host read reply attachments from the run's workspace (the
+	// replyMedia callback and teamster.run.<attemptId>.read); it needs a
+	// hostId and a harness with a workspace.
+	StageReplyMedia         bool             `json:"stageReplyMedia,omitempty"`
 	ExpectedRuntimeArtifact *RuntimeArtifact `json:"expectedRuntimeArtifact,omitempty"`
 	AuthProfileRef          string           `json:"authProfileRef,omitempty"`
 }

@@ -31,6 +31,9 @@ var (
 	minUserInputRep = obj{"v": 1, "status": "ok", "answer": "main"}
 	minAssert       = obj{"v": 1, "assertion": "as-1"}
 	minAssertRep    = obj{"v": 1, "status": "ok", "current": true}
+	minReplyMedia   = obj{"v": 1, "assistantTexts": []string{"MEDIA:out/a.png"}, "token": "t1"}
+	minRead         = obj{"v": 1, "token": "t1", "path": "out/a.png", "length": 1024}
+	minReadRep      = obj{"v": 1, "status": "ok", "data": "aGk=", "size": 2, "eof": true}
 	minUsageReport  = obj{"v": 1, "responseId": "resp-1", "outputTokens": 12}
 	minWorkerCtl    = obj{"v": 1, "op": "status"}
 	minWorkerCtlRep = obj{"v": 1, "status": "ok", "state": "active", "running": 1, "attempts": []string{"a1"}}
@@ -67,6 +70,9 @@ func envelopeKinds() []envelopeKind {
 		{"UserInputReply", decodeUserInputReply, minUserInputRep},
 		{"AssertCurrent", decodeAssertCurrent, minAssert},
 		{"AssertCurrentReply", decodeAssertCurrentReply, minAssertRep},
+		{"ReplyMedia", decodeReplyMedia, minReplyMedia},
+		{"RunRead", decodeRunRead, minRead},
+		{"RunReadReply", decodeRunReadReply, minReadRep},
 		{"UsageReport", decodeUsageReport, minUsageReport},
 		{"WorkerControl", decodeWorkerControl, minWorkerCtl},
 		{"WorkerControlReply", decodeWorkerControlReply, minWorkerCtlRep},

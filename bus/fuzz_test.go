@@ -101,6 +101,18 @@ func FuzzDecodeInjectRequest(f *testing.F) {
 		minInject.with("authorityKind", "source-bound", "hostAssertion", "as-1"))
 }
 
+func FuzzDecodeReplyMedia(f *testing.F) {
+	fuzzDecode(f, decodeReplyMedia, minReplyMedia)
+}
+
+func FuzzDecodeRunRead(f *testing.F) {
+	fuzzDecode(f, decodeRunRead, minRead, minRead.with("offset", 524288, "path", "a/b/c.txt"))
+}
+
+func FuzzDecodeRunReadReply(f *testing.F) {
+	fuzzDecode(f, decodeRunReadReply, minReadRep, obj{"v": 1, "status": "rejected", "reason": "not_found", "error": obj{"code": "invalid_request"}})
+}
+
 func FuzzDecodeAssertCurrent(f *testing.F) {
 	fuzzDecode(f, decodeAssertCurrent, minAssert)
 }

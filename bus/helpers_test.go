@@ -96,6 +96,9 @@ var (
 	decodeUserInputReply     = decodeAs[bus.UserInputReply]()
 	decodeAssertCurrent      = decodeAs[bus.AssertCurrent]()
 	decodeAssertCurrentReply = decodeAs[bus.AssertCurrentReply]()
+	decodeReplyMedia         = decodeAs[bus.ReplyMedia]()
+	decodeRunRead            = decodeAs[bus.RunRead]()
+	decodeRunReadReply       = decodeAs[bus.RunReadReply]()
 	decodeUsageReport        = decodeAs[bus.UsageReport]()
 	decodeWorkerControl      = decodeAs[bus.WorkerControl]()
 	decodeWorkerControlReply = decodeAs[bus.WorkerControlReply]()
@@ -126,7 +129,10 @@ var rawMessageType = reflect.TypeFor[json.RawMessage]()
 // (omitempty drops an empty list). A nil pointer (toolsAllow) still differs
 // from a pointer to an empty list.
 var cmpOpts = cmp.Options{
-	cmp.Comparer(func(a, b json.RawMessage) bool { return canonicalJSON(a) == canonicalJSON(b) }),
+	// Only for json.RawMessage itself: a []byte field (RunReadReply.Data) is
+	// assignable to it, but holds bytes, not JSON.
+	cmp.FilterPath(func(p cmp.Path) bool { return p.Last().Type() == rawMessageType },
+		cmp.Comparer(func(a, b json.RawMessage) bool { return canonicalJSON(a) == canonicalJSON(b) })),
 	cmp.FilterPath(func(p cmp.Path) bool { return p.Last().Type() != rawMessageType }, cmpopts.EquateEmpty()),
 }
 

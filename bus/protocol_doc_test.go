@@ -50,6 +50,7 @@ var envelopeSections = map[string][]reflect.Type{
 	"`toolTerminal` reply": {ty[ToolTerminalReply]()}, "`userInput` call": {ty[UserInput]()},
 	"`userInput` reply": {ty[UserInputReply]()}, "`usage` call": {ty[UsageReport]()},
 	"`assertCurrent` call": {ty[AssertCurrent]()}, "`assertCurrent` reply": {ty[AssertCurrentReply]()},
+	"`replyMedia` call": {ty[ReplyMedia]()}, "Read request": {ty[RunRead]()}, "Read reply": {ty[RunReadReply]()},
 	"Worker control": {ty[WorkerControl]()}, "Worker control reply": {ty[WorkerControlReply]()},
 	"Registry entry": {ty[WorkerEntry]()}, "Router entry": {ty[RouterEntry]()}, "Manifest": {ty[selection.Manifest]()}, "Selection record": {ty[selection.Record]()},
 }
@@ -67,6 +68,7 @@ var subjectBuilders = map[string]func() (string, error){
 	"SubmitDelegateSubject": func() (string, error) { return SubmitDelegateSubject(ph("pluginId")) },
 	"RunInjectSubject":      func() (string, error) { return RunInjectSubject(ph("attemptId")) },
 	"RunCancelSubject":      func() (string, error) { return RunCancelSubject(ph("attemptId")) },
+	"RunReadSubject":        func() (string, error) { return RunReadSubject(ph("attemptId")) },
 	"SubmitGatewaySubject":  func() (string, error) { return SubmitGatewaySubject(ph("gatewayId")) },
 	"WorkerRunSubject":      func() (string, error) { return WorkerRunSubject(ph("workerId"), ph("attemptId"), "inject") },
 	"InboxPrefix":           func() (string, error) { return InboxPrefix("gateway", ph("name")) },
@@ -99,7 +101,7 @@ var constGroups = []constGroup{
 	{"Header", "Subjects"}, {"Session", "Subjects"}, {"HostCall", "Subjects"}, {"Event", "Event"},
 	{"Agent", "`agent` data"}, {"Approval", "`agent` data"}, {"Injection", "`injection` data"},
 	{"Class", "Result"}, {"Status", "Statuses"}, {"Authority", "Inject request"},
-	{"Outcome", "`tool` data"}, {"Control", "Worker control"}, {"Worker", "Registry entry"},
+	{"Outcome", "`tool` data"}, {"Control", "Worker control"}, {"Worker", "Registry entry"}, {"Read", "Read reply"},
 }
 
 type valueText struct{ name, heading, row, text string }
@@ -118,6 +120,7 @@ var valueTexts = []valueText{
 	{"MaxSettlementTimeoutMs", "Prepared attempt", "settlementTimeoutMs", "0 to " + commas(MaxSettlementTimeoutMs)},
 	{"MaxGeneration", "Inject request", "source.generation", fmt.Sprintf("1 to 2^%d−1", bits.Len64(MaxGeneration))},
 	{"MaxDebounceMs", "Inject request", "debounceMs", "0 to " + commas(MaxDebounceMs)},
+	{"MaxReadChunk", "Read request", "length", "1 to " + commas(MaxReadChunk)},
 	{"DuplicateWindow", "Subjects", StreamAttempts, fmt.Sprintf("duplicate window %d min", DuplicateWindow/time.Minute)},
 	{"ResultsMaxAge", "Subjects", StreamResults, fmt.Sprintf("max age %d h", ResultsMaxAge/time.Hour)},
 	{"WorkersTTL", "Subjects", BucketWorkers, fmt.Sprintf("expires %d s", WorkersTTL/time.Second)},

@@ -2,6 +2,7 @@ package bus_test
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -66,6 +67,41 @@ func TestDecodeInjectRequest(t *testing.T) {
 		}
 	}
 	runDecodeCases(t, decodeInjectRequest, cases)
+}
+
+func TestDecodeRunRead(t *testing.T) {
+	r := minRead
+	cases := []decodeCase{
+		validAs("minimal", r, &bus.RunRead{V: 1, Token: "t1", Path: "out/a.png", Length: 1024}),
+		valid("offset", r.with("offset", 524288)),
+		valid("length at the chunk limit", r.with("length", bus.MaxReadChunk)),
+		valid("a dotted name", r.with("path", "a/.hidden/b..c")),
+		invalidReq("token missing", r.without("token")),
+		invalidReq("token with a dot", r.with("token", "a.b")),
+		invalidReq("path missing", r.without("path")),
+		invalidReq("length 0", r.with("length", 0)),
+		invalidReq("length over the chunk limit", r.with("length", bus.MaxReadChunk+1)),
+		invalidReq("offset negative", r.with("offset", -1)),
+		invalidReq("path with a NUL", r.with("path", "a\x00b")),
+		invalidReq("path of 4097 bytes", r.with("path", strings.Repeat("a", 4097))),
+	}
+	for _, p := range []string{"/etc/passwd", "..", "../x", "a/../../x", "a/../b", "./a", "a/./b", "a//b", "a/", ".", `a\b`, "C:\\x"} {
+		cases = append(cases, invalidReq("path "+strconv.Quote(p), r.with("path", p)))
+	}
+	runDecodeCases(t, decodeRunRead, cases)
+}
+
+func TestDecodeRunReadReply(t *testing.T) {
+	r := minReadRep
+	runDecodeCases(t, decodeRunReadReply, []decodeCase{
+		validAs("data", r, &bus.RunReadReply{V: 1, Status: "ok", Data: []byte("hi"), Size: 2, EOF: true}),
+		valid("not found", obj{"v": 1, "status": "rejected", "reason": "not_found", "error": obj{"code": "invalid_request"}}),
+		valid("no run", obj{"v": 1, "status": "rejected", "error": obj{"code": "no_active_run"}}),
+		invalidReq("unknown reason", obj{"v": 1, "status": "rejected", "reason": "gone", "error": obj{"code": "invalid_request"}}),
+		invalidReq("data not base64", r.with("data", "%%%")),
+		invalidReq("size negative", r.with("size", -1)),
+		invalidReq("rejected without error", r.with("status", "rejected")),
+	})
 }
 
 func TestDecodeAssertCurrent(t *testing.T) {

@@ -54,8 +54,11 @@ const (
 	// gateway-facing subjects, served by the routers, which relay each
 	// request to the worker running the attempt
 	// (teamster.worker.<workerId>.run.<attemptId>.inject or .cancel).
-	SubjectRunInjects   = "teamster.run.*.inject"
-	SubjectRunCancels   = "teamster.run.*.cancel"
+	SubjectRunInjects = "teamster.run.*.inject"
+	SubjectRunCancels = "teamster.run.*.cancel"
+	// SubjectRunReads are a running attempt's workspace reads (RunRead),
+	// relayed to the worker like the inject and the cancel.
+	SubjectRunReads     = "teamster.run.*.read"
 	SubjectInject       = "teamster.inject"
 	SubjectSourceGrant  = "teamster.source.grant"
 	SubjectSourceRevoke = "teamster.source.revoke"
@@ -114,6 +117,9 @@ const (
 	// HostCallAssertCurrent asks whether the host's assertion of a
 	// source-bound item still holds (AssertCurrent).
 	HostCallAssertCurrent = "assertCurrent"
+	// HostCallReplyMedia tells the host the turn is done and its workspace
+	// readable until the host answers (ReplyMedia).
+	HostCallReplyMedia = "replyMedia"
 )
 
 // AttemptSubject is teamster.attempt.<harnessId>.
@@ -184,8 +190,8 @@ func RunCancelSubject(attemptID string) (string, error) {
 func RunOf(subject string) (attemptID, request string, err error) {
 	rest, ok := strings.CutPrefix(subject, prefixRun)
 	id, req, cut := strings.Cut(rest, ".")
-	if !ok || !cut || (req != "inject" && req != "cancel") {
-		return "", "", teamster.Errorf(teamster.CodeInvalidRequest, "subject %q is not %s<attemptId>.inject or .cancel", truncate(subject, 80), prefixRun)
+	if !ok || !cut || !runRequest(req) {
+		return "", "", teamster.Errorf(teamster.CodeInvalidRequest, "subject %q is not %s<attemptId>.inject, .cancel or .read", truncate(subject, 80), prefixRun)
 	}
 	if err := CheckID("attemptId", id); err != nil {
 		return "", "", err
@@ -203,11 +209,14 @@ func WorkerRunSubject(workerID, attemptID, request string) (string, error) {
 	if err := CheckID("attemptId", attemptID); err != nil {
 		return "", err
 	}
-	if request != "inject" && request != "cancel" {
-		return "", teamster.Errorf(teamster.CodeInvalidRequest, "run request %q is not inject or cancel", truncate(request, 40))
+	if !runRequest(request) {
+		return "", teamster.Errorf(teamster.CodeInvalidRequest, "run request %q is not inject, cancel or read", truncate(request, 40))
 	}
 	return prefixWorker + workerID + ".run." + attemptID + "." + request, nil
 }
+
+// runRequest reports whether req is a run request: inject, cancel or read.
+func runRequest(req string) bool { return req == "inject" || req == "cancel" || req == "read" }
 
 // InboxPrefix is the inbox prefix of a principal, _INBOX.<role>.<name>
 // (role gateway, delegate, router, worker or operator): every reply and
@@ -255,9 +264,9 @@ func HostSubject(hostID, attemptID, call string) (string, error) {
 		return "", err
 	}
 	switch call {
-	case HostCallTool, HostCallToolTerminal, HostCallUserInput, HostCallUsage, HostCallAssertCurrent:
+	case HostCallTool, HostCallToolTerminal, HostCallUserInput, HostCallUsage, HostCallAssertCurrent, HostCallReplyMedia:
 	default:
-		return "", teamster.Errorf(teamster.CodeInvalidRequest, "host call %q is not tool, toolTerminal, userInput, usage or assertCurrent", truncate(call, 40))
+		return "", teamster.Errorf(teamster.CodeInvalidRequest, "host call %q is not tool, toolTerminal, userInput, usage, assertCurrent or replyMedia", truncate(call, 40))
 	}
 	return prefixHost + hostID + "." + attemptID + "." + call, nil
 }

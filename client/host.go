@@ -126,6 +126,19 @@ func serveHostCall(m *nats.Msg, prefix string, h Host) {
 			return
 		}
 		reply(m, bus.OK())
+	case bus.HostCallReplyMedia:
+		var req bus.ReplyMedia
+		if err := bus.Decode(m.Data, &req); err != nil {
+			reply(m, bus.Rejected(err))
+			return
+		}
+		if rm, ok := h.(HostReplyMedia); ok {
+			if err := rm.ReplyMedia(ctx, attemptID, req); err != nil {
+				reply(m, bus.Rejected(err))
+				return
+			}
+		}
+		reply(m, bus.OK())
 	case bus.HostCallAssertCurrent:
 		var req bus.AssertCurrent
 		if err := bus.Decode(m.Data, &req); err != nil {

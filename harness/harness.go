@@ -31,6 +31,14 @@ type Harness interface {
 	RunAttempt(ctx context.Context, run *Run) (*Outcome, error)
 }
 
+// Workspacer is a harness whose runs work in a directory of the worker's
+// (Codex's cwd, say). For an attempt with stageReplyMedia the worker lets
+// the attempt's host read the files the reply names from it, confined to
+// it, once the harness returned ok. "" means the run has none.
+type Workspacer interface {
+	Workspace(run *Run) string
+}
+
 // Host is what a running attempt reaches the gateway through: events on the
 // attempt's reply subject, and the host callbacks of docs/PROTOCOL.md.
 type Host interface {

@@ -178,6 +178,7 @@ func (r *Router) Start(ctx context.Context) error {
 		bus.SubjectSubmitGateways:  r.onSubmitGateway,
 		bus.SubjectRunInjects:      r.onRunRequest,
 		bus.SubjectRunCancels:      r.onRunRequest,
+		bus.SubjectRunReads:        r.onRunRequest,
 		bus.SubjectSessionOps:      r.onSessionOp,
 		bus.SubjectInject:          r.onInject,
 		bus.SubjectSourceGrant:     r.onSourceGrant,

@@ -1,6 +1,8 @@
 package worker
 
 import (
+	"encoding/json"
+
 	"github.com/teamster-fleet/teamster/selection"
 )
 
@@ -25,5 +27,18 @@ func DevConfig(workerID string, slots int) *Config {
 		},
 	}
 	c.applyDefaults()
+	return c
+}
+
+// WithScriptedWorkspace gives every scripted harness of c the workspace dir
+// (their write steps write there; reply attachments are read from there)
+// and returns c.
+func (c *Config) WithScriptedWorkspace(dir string) *Config {
+	settings, _ := json.Marshal(map[string]string{"workspace": dir})
+	for i := range c.Harnesses {
+		if c.Harnesses[i].Implementation == "scripted" {
+			c.Harnesses[i].Settings = settings
+		}
+	}
 	return c
 }

@@ -1,8 +1,10 @@
 package worker
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -30,11 +32,23 @@ type FactoryEnv struct {
 var implMu sync.Mutex
 
 var implementations = map[string]Factory{
+	// scripted takes one setting, workspace: the directory its write steps
+	// write into and reply attachments are read from.
 	"scripted": func(m selection.Manifest, settings json.RawMessage, env FactoryEnv) (harness.Harness, error) {
-		if len(settings) > 0 && string(settings) != "null" && string(settings) != "{}" {
-			return nil, fmt.Errorf("scripted takes no settings")
+		var s struct {
+			Workspace string `json:"workspace"`
 		}
-		return scripted.New(m, scripted.Options{Ledger: env.Ledger}), nil
+		if len(settings) > 0 && string(settings) != "null" {
+			dec := json.NewDecoder(bytes.NewReader(settings))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&s); err != nil {
+				return nil, fmt.Errorf("scripted settings: %v (it takes only workspace)", err)
+			}
+		}
+		if s.Workspace != "" && !filepath.IsAbs(s.Workspace) {
+			return nil, fmt.Errorf("scripted settings: workspace %q is not an absolute path", s.Workspace)
+		}
+		return scripted.New(m, scripted.Options{Ledger: env.Ledger, Workspace: s.Workspace}), nil
 	},
 	// codex drives a Codex app-server process per worker (harness/codex).
 	"codex": func(m selection.Manifest, settings json.RawMessage, env FactoryEnv) (harness.Harness, error) {

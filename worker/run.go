@@ -40,6 +40,7 @@ type run struct {
 	step atomic.Int32
 
 	subs   runSubjects // run.go: teamster.worker.<workerId>.run.<attemptId>.inject and .cancel
+	media  mediaSlot   // turn_media.go: the workspace while the host stages reply media
 	events eventStream // turn_events.go: seq, reservation, the result event
 	usage  usageTotal  // turn_host.go: output tokens reported
 	inj    injections  // turn_inject.go: injected items in flight
@@ -189,7 +190,9 @@ func (w *Worker) dispatchRunMsgs() {
 			respond(m, bus.Rejected(teamster.Errorf(teamster.CodeNoActiveRun, "attempt %s is not running here", id)))
 		case op == "cancel":
 			r.onCancel(m)
-		default: // inject: a run subscribes only its .cancel and .inject
+		case op == "read":
+			go r.onRead(m)
+		default: // inject: a run subscribes only its .cancel, .inject and, while it stages reply media, .read
 			go r.onInject(m)
 		}
 	}

@@ -56,6 +56,7 @@ func (r *run) turn(binding json.RawMessage) {
 		r.finish(r.errorResult(teamster.AsError(err)))
 		return
 	}
+	r.stageReplyMedia(out)
 	r.finishTurn(r.okResult(out), state)
 }
 

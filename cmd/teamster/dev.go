@@ -52,7 +52,9 @@ Redis from --redis-url or TEAMSTER_REDIS_URL when either is given (read as
 --redis-mode says: standalone, sentinel or cluster), else a redis-server it
 starts on a free port, one router, and --workers workers hosting the built-in scripted
 harness under the ids of a sample config ("codex" for openai routes,
-"claude-cli" for anthropic), or the harnesses of --worker-config.
+"claude-cli" for anthropic), or the harnesses of --worker-config. The sample
+workers' scripted harnesses each work in a directory of dev's temp dir (their
+write steps write there; reply attachments are read from there).
 
 With --demo it plays a scenario end to end (several sessions of several turns:
 ok, a failing script, a timeout, a cancel, a rejected runtime, a fallback),
@@ -199,7 +201,7 @@ func startDev(ctx context.Context, log *logrus.Logger, o devOptions) (*devFleet,
 	if store == "" {
 		store = filepath.Join(tmp, "jetstream")
 	}
-	cfgs, err := devWorkerConfigs(o)
+	cfgs, err := devWorkerConfigs(o, filepath.Join(tmp, "workspace"))
 	if err != nil {
 		return f, err
 	}
@@ -280,12 +282,14 @@ func startDev(ctx context.Context, log *logrus.Logger, o devOptions) (*devFleet,
 
 // devWorkerConfigs are the configs of the dev workers: --workers copies of
 // --worker-config, their workerIds with -1, -2, ... appended, or else the
-// dev harnesses' config as w1, w2, ...
-func devWorkerConfigs(o devOptions) ([]*worker.Config, error) {
+// dev harnesses' config as w1, w2, ..., each scripted harness working in
+// workspaces/<workerId> (its write steps; reply attachments are read there).
+func devWorkerConfigs(o devOptions, workspaces string) ([]*worker.Config, error) {
 	var cfgs []*worker.Config
 	for i := 1; i <= o.workers; i++ {
 		if o.workerConfig == "" {
-			cfgs = append(cfgs, worker.DevConfig(fmt.Sprintf("w%d", i), 64))
+			id := fmt.Sprintf("w%d", i)
+			cfgs = append(cfgs, worker.DevConfig(id, 64).WithScriptedWorkspace(filepath.Join(workspaces, id)))
 			continue
 		}
 		cfg, err := worker.LoadConfig(o.workerConfig)

@@ -108,6 +108,11 @@ func newHarness(m selection.Manifest, s settings, log logrus.FieldLogger) (*clau
 // Manifest returns the harness's manifest.
 func (h *claudeHarness) Manifest() selection.Manifest { return h.m }
 
+// Workspace is the CLI's working directory (settings cwd, else the
+// harness's home's workspace), where its file tools work: reply attachments
+// are read from it.
+func (h *claudeHarness) Workspace(*harness.Run) string { return h.cwd }
+
 // Supports applies the standard route contract to the manifest.
 func (h *claudeHarness) Supports(a *bus.Attempt) (bool, string) {
 	return harness.SupportsManifest(h.m, a)

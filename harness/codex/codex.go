@@ -35,6 +35,7 @@ type codexHarness struct {
 var (
 	_ harness.Harness           = (*codexHarness)(nil)
 	_ harness.ArtifactValidator = (*codexHarness)(nil)
+	_ harness.Workspacer        = (*codexHarness)(nil)
 	_ io.Closer                 = (*codexHarness)(nil)
 )
 
@@ -82,6 +83,10 @@ func newHarness(m selection.Manifest, s settings, log logrus.FieldLogger) (*code
 
 // Manifest returns the harness's manifest.
 func (h *codexHarness) Manifest() selection.Manifest { return h.m }
+
+// Workspace is the app-server's working directory (settings cwd), where its
+// threads read and write files: reply attachments are read from it.
+func (h *codexHarness) Workspace(*harness.Run) string { return h.s.Cwd }
 
 // Supports applies the standard route contract to the manifest.
 func (h *codexHarness) Supports(a *bus.Attempt) (bool, string) {

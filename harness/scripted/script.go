@@ -1,10 +1,12 @@
 package scripted
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"strings"
 
 	"github.com/teamster-fleet/teamster"
+	"github.com/teamster-fleet/teamster/bus"
 )
 
 // scriptPrefix marks a prompt that is a script rather than text to echo.
@@ -23,6 +25,7 @@ const (
 	stepUsage          = "usage"
 	stepAwaitInjection = "awaitInjection"
 	stepAsk            = "ask"
+	stepWrite          = "write"
 	stepFail           = "fail"
 )
 
@@ -34,6 +37,7 @@ type step struct {
 	n    int64  // sleep, usage, awaitInjection
 	tool toolStep
 	ask  askStep
+	file writeStep
 	// responseID is a usage step's explicit response id (the object form
 	// {"responseId": id, "outputTokens": n}); empty for the number form.
 	responseID string
@@ -43,6 +47,14 @@ type step struct {
 type askStep struct {
 	question string
 	choices  []string
+}
+
+// writeStep is the value of a write step: a file (or a symlink) in the
+// harness's workspace.
+type writeStep struct {
+	path    string
+	data    []byte
+	symlink string // the link's target, for a symlink
 }
 
 // toolStep is the value of a tool step.
@@ -130,6 +142,8 @@ func parseStep(raw json.RawMessage) (step, error) {
 		s.tool, err = toolValue(v)
 	case stepAsk:
 		s.ask, err = askValue(v)
+	case stepWrite:
+		s.file, err = writeValue(v)
 	default:
 		err = stepError("unknown step " + quote(kind))
 	}
@@ -168,6 +182,44 @@ func askValue(v json.RawMessage) (askStep, error) {
 		return askStep{}, stepError("ask.question is empty")
 	}
 	return askStep{question: q, choices: a.Choices}, nil
+}
+
+// writeValue parses {"path": p, "text": t}, {"path": p, "base64": b} or
+// {"path": p, "symlink": target}: path relative and inside the workspace,
+// exactly one of the others.
+func writeValue(v json.RawMessage) (writeStep, error) {
+	var w struct {
+		Path    *string `json:"path"`
+		Text    *string `json:"text"`
+		Base64  *string `json:"base64"`
+		Symlink *string `json:"symlink"`
+	}
+	const form = "write takes {path, text}, {path, base64} or {path, symlink}"
+	if !isKind(v, '{') || json.Unmarshal(v, &w) != nil || w.Path == nil {
+		return writeStep{}, stepError(form)
+	}
+	if !bus.LocalPath(*w.Path) {
+		return writeStep{}, stepError("write.path " + quote(*w.Path) + " is not a relative path inside the workspace")
+	}
+	s := writeStep{path: *w.Path}
+	n := 0
+	if w.Text != nil {
+		s.data, n = []byte(*w.Text), n+1
+	}
+	if w.Base64 != nil {
+		b, err := base64.StdEncoding.DecodeString(*w.Base64)
+		if err != nil {
+			return writeStep{}, stepError("write.base64 is not base64")
+		}
+		s.data, n = b, n+1
+	}
+	if w.Symlink != nil {
+		s.symlink, n = *w.Symlink, n+1
+	}
+	if n != 1 || (w.Symlink != nil && s.symlink == "") {
+		return writeStep{}, stepError(form)
+	}
+	return s, nil
 }
 
 // toolValue parses {"name": n, "args": {...}}: name a non-empty string, args

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"path"
 	"sync"
 	"time"
 
@@ -29,6 +31,10 @@ const fingerprint = "scripted/1"
 type Options struct {
 	// Ledger, when set, records the start and end of every run.
 	Ledger Ledger
+	// Workspace, when set, is the directory write steps write into and
+	// the workspace the harness's runs report (harness.Workspacer): the
+	// worker reads reply attachments from it.
+	Workspace string
 }
 
 // Harness is the scripted harness. It is safe for concurrent use; each run
@@ -51,6 +57,9 @@ func New(m selection.Manifest, o Options) *Harness {
 
 // Manifest returns the harness's manifest.
 func (h *Harness) Manifest() selection.Manifest { return h.m }
+
+// Workspace is the directory of Options.Workspace, for every run.
+func (h *Harness) Workspace(*harness.Run) string { return h.opts.Workspace }
 
 // Supports applies the standard route contract to the manifest
 // (harness.SupportsManifest).
@@ -141,7 +150,7 @@ func (h *Harness) prepare(ctx context.Context, run *harness.Run, q *queue) (*pla
 	case selection.InjectionV1:
 		run.SetInjector(v1Handle{q: q})
 	}
-	return &player{ctx: ctx, host: run.Host, q: q, out: &harness.Outcome{AssistantTexts: []string{}}}, steps, nil
+	return &player{ctx: ctx, workspace: h.opts.Workspace, host: run.Host, q: q, out: &harness.Outcome{AssistantTexts: []string{}}}, steps, nil
 }
 
 // mayAct says whether step i may act: the run's context is live and its
@@ -192,12 +201,13 @@ func (h *Harness) record(run *harness.Run, event string) {
 
 // player plays the steps of one run.
 type player struct {
-	ctx   context.Context
-	host  harness.Host
-	q     *queue
-	out   *harness.Outcome
-	tools int // tool steps played so far
-	usage int // usage steps played so far
+	ctx       context.Context
+	workspace string
+	host      harness.Host
+	q         *queue
+	out       *harness.Outcome
+	tools     int // tool steps played so far
+	usage     int // usage steps played so far
 }
 
 // play runs one step. Each kind is a call of its own, so that a turn asleep
@@ -220,6 +230,8 @@ func (p *player) play(s *step) error {
 		return p.awaitInjection(time.Duration(s.n) * time.Millisecond)
 	case stepAsk:
 		return p.ask(s.ask)
+	case stepWrite:
+		return p.write(s.file)
 	case stepFail:
 		return teamster.Errorf(teamster.CodeHarnessFailed, "%s", s.text)
 	default:
@@ -368,6 +380,37 @@ func (p *player) awaitInjection(d time.Duration) error {
 			return ctxError(p.ctx)
 		}
 	}
+}
+
+// write writes a file, or makes a symlink, in the workspace, confined to it
+// (os.Root): a path that would leave it is harness_failed.
+func (p *player) write(w writeStep) error {
+	if p.workspace == "" {
+		return failed("write %s: the harness has no workspace (its settings' workspace)", quote(w.path))
+	}
+	if err := os.MkdirAll(p.workspace, 0o755); err != nil {
+		return failed("write %s: %v", quote(w.path), err)
+	}
+	root, err := os.OpenRoot(p.workspace)
+	if err != nil {
+		return failed("write %s: %v", quote(w.path), err)
+	}
+	defer root.Close()
+	if dir := path.Dir(w.path); dir != "." {
+		if err := root.MkdirAll(dir, 0o755); err != nil {
+			return failed("write %s: %v", quote(w.path), err)
+		}
+	}
+	if w.symlink != "" {
+		_ = root.Remove(w.path)
+		err = root.Symlink(w.symlink, w.path)
+	} else {
+		err = root.WriteFile(w.path, w.data, 0o644)
+	}
+	if err != nil {
+		return failed("write %s: %v", quote(w.path), err)
+	}
+	return nil
 }
 
 // ask asks the host a blocking question (the userInput callback) and

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -313,6 +315,36 @@ func TestAsk(t *testing.T) {
 	wantCode(t, err, teamster.CodeCancelled, "nobody answered")
 }
 
+// Write steps write files and symlinks into the workspace, which the
+// harness reports; a write without a workspace is harness_failed.
+func TestWrite(t *testing.T) {
+	ws := filepath.Join(t.TempDir(), "ws") // created by the first write
+	h := scripted.New(manifest("none"), scripted.Options{Workspace: ws})
+	if got := h.Workspace(nil); got != ws {
+		t.Fatalf("Workspace() = %q, want %q", got, ws)
+	}
+	out, err := h.RunAttempt(context.Background(), newRun(script(t,
+		m{"write": m{"path": "out/a.txt", "text": "hello"}},
+		m{"write": m{"path": "b.bin", "base64": "AAEC"}},
+		m{"write": m{"path": "out/link", "symlink": "/etc/hostname"}},
+		m{"write": m{"path": "out/a.txt", "text": "again"}},
+		m{"say": "done"}), &host{}))
+	if err != nil || out.AssistantTexts[0] != "done" {
+		t.Fatalf("%+v, %v", out, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "out/a.txt")); string(b) != "again" {
+		t.Errorf("out/a.txt holds %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "b.bin")); string(b) != "\x00\x01\x02" {
+		t.Errorf("b.bin holds %q", b)
+	}
+	if target, err := os.Readlink(filepath.Join(ws, "out/link")); err != nil || target != "/etc/hostname" {
+		t.Errorf("out/link -> %q (%v)", target, err)
+	}
+	_, err = play(t, script(t, m{"write": m{"path": "a", "text": "x"}}), &host{})
+	wantCode(t, err, teamster.CodeHarnessFailed, "no workspace")
+}
+
 func TestHostErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -406,6 +438,11 @@ func TestInvalidScripts(t *testing.T) {
 		{"tool name number", `{"script": [{"tool": {"name": 3}}]}`, []string{"tool.name takes a string"}},
 		{"tool args list", `{"script": [{"tool": {"name": "x", "args": [1]}}]}`, []string{"tool.args is not an object"}},
 		{"ask string", `{"script": [{"ask": "why?"}]}`, []string{"ask takes an object"}},
+		{"write outside", `{"script": [{"write": {"path": "../x", "text": "a"}}]}`, []string{"not a relative path inside the workspace"}},
+		{"write absolute", `{"script": [{"write": {"path": "/tmp/x", "text": "a"}}]}`, []string{"not a relative path inside the workspace"}},
+		{"write two contents", `{"script": [{"write": {"path": "x", "text": "a", "base64": "YQ=="}}]}`, []string{"write takes"}},
+		{"write no content", `{"script": [{"write": {"path": "x"}}]}`, []string{"write takes"}},
+		{"write bad base64", `{"script": [{"write": {"path": "x", "base64": "%%"}}]}`, []string{"not base64"}},
 		{"ask without question", `{"script": [{"ask": {"choices": ["a"]}}]}`, []string{"ask.question takes a string"}},
 		{"ask empty question", `{"script": [{"ask": {"question": ""}}]}`, []string{"ask.question is empty"}},
 		{"ask choices not strings", `{"script": [{"ask": {"question": "?", "choices": [1]}}]}`, []string{"ask takes an object"}},

@@ -90,6 +90,7 @@ func PermissionsOf(p Principal) Permissions {
 			"teamster.source.revoke",
 			"teamster.run.*.inject",
 			"teamster.run.*.cancel",
+			"teamster.run.*.read", // reply attachments from a run's workspace, with its host's token
 			"$JS.API.INFO",
 		}
 		pub = append(pub, jsRead(bus.StreamResults)...)
@@ -118,6 +119,7 @@ func PermissionsOf(p Principal) Permissions {
 				"teamster.result.>",
 				"teamster.worker.*.run.*.inject", // relays of teamster.inject and teamster.run.<id>.*
 				"teamster.worker.*.run.*.cancel",
+				"teamster.worker.*.run.*.read",
 				"teamster.worker.*.control",
 				"teamster.harness.*.reset", // after a session reset or delete
 				"teamster.source.revoked",  // the revoke broadcast to every worker
@@ -134,6 +136,7 @@ func PermissionsOf(p Principal) Permissions {
 				"teamster.inject " + bus.QueueRouters,
 				"teamster.run.*.inject " + bus.QueueRouters,
 				"teamster.run.*.cancel " + bus.QueueRouters,
+				"teamster.run.*.read " + bus.QueueRouters,
 				"teamster.session.* " + bus.QueueRouters,
 				"teamster.source.grant " + bus.QueueRouters,
 				"teamster.source.revoke " + bus.QueueRouters,
