@@ -10,6 +10,7 @@
 import { AsyncLocalStorage } from "node:async_hooks";
 import { buildAttempt, describeTools } from "./attempt.js";
 import { HostCallbacks } from "./host.js";
+import { WorkspaceReader } from "./workspace.js";
 import { Injector } from "./injection.js";
 import { failureResult, mapResult, replyText, assistantMessage } from "./result.js";
 import { decideSupport } from "./support.js";
@@ -201,6 +202,7 @@ export class Turn {
         askUser: this.runtime.runAgentHarnessGatewayQuestion,
         log: this.log,
         attemptId: this.attemptId,
+        replyMedia: (body) => this.stageReplyMedia(body),
       });
       this.subs.push(
         await this.fleet.subscribe(hostSubjects(this.cfg.hostId, this.attemptId), async (m) => {
@@ -243,6 +245,7 @@ export class Turn {
       const r = await this.waitResult(attempt);
       this.log.info?.(`teamster: attempt ${this.attemptId} ended ${r.status}${r.error ? ` ${r.error.code}` : ""} (session ${p.sessionKey})`);
       const out = mapResult(p, r, this.ctx);
+      if (r.status === "ok" && this.preparedReplyMedia) out.preparedReplyMedia = this.preparedReplyMedia;
       if (r.status === "ok") await this.mirror(out, r);
       return out;
     } catch (err) {
@@ -263,6 +266,32 @@ export class Turn {
       // the connection so that nothing of the plugin keeps the process alive.
       // A gateway keeps its connection for the next turn.
       if (p.oneShotCliRun === true) await this.fleet.releaseIfIdle?.().catch(() => {});
+    }
+  }
+
+  /**
+   * stageReplyMedia answers the worker's replyMedia callback: the harness
+   * returned, its reply's MEDIA: lines may name files of the worker's
+   * workspace, and the worker serves reads of it until this returns.
+   * OpenClaw's prepareReplyMedia applies the channel's policy and limits
+   * and reads each file through readWorkspaceFile; what it prepared goes
+   * on the turn's result (preparedReplyMedia).
+   */
+  async stageReplyMedia(body) {
+    const p = this.params;
+    const prepare = p.hostCapabilities?.prepareReplyMedia;
+    if (typeof prepare !== "function") return;
+    const texts = Array.isArray(body.assistantTexts) ? body.assistantTexts.filter((t) => typeof t === "string") : [];
+    const attempt = mapResult(p, { status: "ok", attemptId: this.attemptId, assistantTexts: texts }, this.ctx);
+    const reader = new WorkspaceReader({ fleet: this.fleet, attemptId: this.attemptId, token: body.token, LocalMediaAccessError: this.runtime.LocalMediaAccessError });
+    const r = await prepare({
+      kind: "attempt", attempt, signal: this.ended.signal,
+      ...(typeof body.workspaceRoot === "string" && body.workspaceRoot ? { workspaceRoot: body.workspaceRoot } : {}),
+      readWorkspaceFile: (relativePath, options) => reader.read(relativePath, options),
+    });
+    if (r?.kind === "attempt" && Array.isArray(r.preparedMedia)) {
+      this.preparedReplyMedia = r.preparedMedia;
+      this.log.info?.(`teamster: attempt ${this.attemptId} staged ${r.preparedMedia.length} reply attachment(s) from the worker's workspace (${reader.files} read)`);
     }
   }
 

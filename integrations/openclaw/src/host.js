@@ -42,11 +42,13 @@ function jsonSafe(v) {
  * the OpenClaw assertion of a source-bound steering item still holds;
  * middleware: OpenClaw's tool-result middleware runner for the turn
  * (applyToolResultMiddleware), when there is one; askUser: OpenClaw's
- * runAgentHarnessGatewayQuestion (the SDK's blocking question).
+ * runAgentHarnessGatewayQuestion (the SDK's blocking question); replyMedia:
+ * stages the reply's attachments from the worker's workspace.
  */
 export class HostCallbacks {
-  constructor({ params, tools, toolsAllow, signal, onToolMeta, hostAssert, middleware, askUser, log, attemptId }) {
+  constructor({ params, tools, toolsAllow, signal, onToolMeta, hostAssert, middleware, askUser, log, attemptId, replyMedia }) {
     this.params = params;
+    this.replyMedia = replyMedia;
     this.middleware = middleware;
     this.askUser = askUser;
     this.log = log ?? {};
@@ -74,6 +76,10 @@ export class HostCallbacks {
           return this.toolTerminal(body);
         case "userInput":
           return await this.userInput(body);
+        case "replyMedia":
+          if (typeof body.token !== "string" || !body.token) return rejected("invalid_request", "a replyMedia call carries its token");
+          await this.replyMedia?.(body);
+          return { v: VERSION, status: "ok" };
         case "assertCurrent":
           if (typeof body.assertion !== "string" || !body.assertion) return rejected("invalid_request", "an assertCurrent call names its assertion");
           return { v: VERSION, status: "ok", current: this.hostAssert(body.assertion) === true };

@@ -1,8 +1,8 @@
 // OpenClaw loads this entry (package.json openclaw.extensions). It binds the
 // SDK helpers the harness needs: the active-run registry (steering), the
 // session transcript (mirroring the fleet's reply), the tool-result
-// middleware, the agent-end side effects and the user questions (OpenClaw's
-// seams, which a plugin harness runs itself).
+// middleware, the agent-end side effects, the user questions and the reply
+// media errors (OpenClaw's seams, which a plugin harness runs itself).
 
 import {
   awaitAgentEndSideEffects,
@@ -15,6 +15,7 @@ import {
   setActiveEmbeddedRun,
 } from "openclaw/plugin-sdk/agent-harness-runtime";
 import { appendSessionTranscriptMessageByIdentity } from "openclaw/plugin-sdk/session-transcript-runtime";
+import { LocalMediaAccessError } from "openclaw/plugin-sdk/web-media";
 import { createPlugin } from "./plugin.js";
 
 export default createPlugin({
@@ -27,4 +28,5 @@ export default createPlugin({
   runAgentHarnessGatewayQuestion,
   claimPendingAgentQuestionAnswer,
   cancelPendingAgentQuestionForSession,
+  LocalMediaAccessError,
 });

@@ -569,6 +569,32 @@ test("a fleet harness's question (userInput) is asked in the channel and the use
   }
 });
 
+test("a reply's attachment is read from the worker's workspace; a missing one and one that leads outside it get OpenClaw's failure notices", async () => {
+  await gatewayReady; // also when run alone (--test-name-pattern)
+  const key = "agent:main:e2e-media";
+  const png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==";
+  const final = await agentTurn(key, JSON.stringify({ script: [
+    { write: { path: "out/dot.png", base64: png } },
+    // A symlink inside the workspace to a file outside it: the worker refuses it.
+    { write: { path: "out/leak.png", symlink: "/etc/hostname" } },
+    { say: "Here is the dot.\n\nMEDIA:out/dot.png\nMEDIA:out/leak.png\nMEDIA:out/missing.png" },
+  ] }));
+  assert.equal(final.status, "ok", JSON.stringify(final));
+  const payloads = final?.result?.payloads ?? [];
+  const media = payloads.flatMap((p) => p.mediaUrls ?? (p.mediaUrl ? [p.mediaUrl] : []));
+  const text = payloads.map((p) => p.text ?? "").join("\n");
+  assert.equal(media.length, 1, `one attachment staged:\n${JSON.stringify(payloads)}\n${gatewayLog().slice(-3000)}`);
+  // OpenClaw staged the bytes it read from the worker (state/media/outbound/dot---<uuid>.png).
+  assert.match(media[0], /dot-+[\w-]*\.png$/);
+  assert.deepEqual(readFileSync(media[0]), Buffer.from(png, "base64"), "the staged file holds the worker's bytes");
+  assert.match(text, /⚠️ leak\.png: Delivery failed/, "the symlink out of the workspace is refused");
+  assert.match(text, /⚠️ missing\.png: File not found/, "the missing file gets OpenClaw's not-found notice");
+  // The file exists only on the worker: the gateway's own workspace has none.
+  assert.equal(existsSync(join(work, "workspace", "out", "dot.png")), false);
+  const [id] = await attemptsOf(key, "ended ok");
+  assert.ok(await logMatch(new RegExp(`teamster: attempt ${id} staged \\d+ reply attachment\\(s\\) from the worker's workspace \\(1 read\\)`), 10000));
+});
+
 test("a turn started by the gateway's agent method cannot be steered: the message becomes the next turn", async () => {
   // OpenClaw 2026.9.6 steers through the session's reply operation, which
   // the `agent` method (`openclaw agent`) never creates (README, "Steering").
