@@ -10,11 +10,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/teamster-fleet/teamster"
 	"github.com/teamster-fleet/teamster/bus"
 	"github.com/teamster-fleet/teamster/client"
 	"github.com/teamster-fleet/teamster/internal/fleettest"
+	"github.com/teamster-fleet/teamster/leases"
 	"github.com/teamster-fleet/teamster/worker"
 )
 
@@ -158,10 +160,58 @@ func TestReplyMediaReadsNeedTheToken(t *testing.T) {
 
 type tokenHost struct {
 	*client.Tools
-	read func(ctx context.Context, attemptID string)
+	read     func(ctx context.Context, attemptID string)
+	readWith func(ctx context.Context, attemptID, token string)
 }
 
-func (h *tokenHost) ReplyMedia(ctx context.Context, attemptID string, _ bus.ReplyMedia) error {
+func (h *tokenHost) ReplyMedia(ctx context.Context, attemptID string, m bus.ReplyMedia) error {
+	if h.readWith != nil {
+		h.readWith(ctx, attemptID, m.Token)
+		return nil
+	}
 	h.read(ctx, attemptID)
 	return nil
+}
+
+// The reads are bound to the run's lease: once it is gone (its key deleted
+// in Redis, as a failover that lost it would), the worker stops answering,
+// and the turn ends lease_lost.
+func TestReplyMediaReadsStopWithTheLease(t *testing.T) {
+	ws := t.TempDir()
+	f := fleettest.Start(t, fleettest.Options{Workers: 1, LeaseTTL: time.Second, WorkerConfig: func(id string, slots int) *worker.Config {
+		return worker.DevConfig(id, slots).WithScriptedWorkspace(filepath.Join(ws, id))
+	}})
+	const session = "media:dave"
+	var before, after error
+	done := make(chan struct{})
+	host := &tokenHost{Tools: client.NewTools()}
+	host.readWith = func(ctx context.Context, attemptID, token string) {
+		defer close(done)
+		_, before = f.Client.ReadRunFile(ctx, attemptID, token, "a.txt", 1<<20)
+		if err := f.RDB.Del(ctx, "teamster:{"+leases.Tag(session)+"}:lease").Err(); err != nil {
+			t.Error(err)
+		}
+		// Past the lease's TTL: the worker's renewals have failed, and it
+		// holds the lease no more (it stops waiting for this answer, too).
+		time.Sleep(1500 * time.Millisecond)
+		_, after = f.Client.ReadRunFile(ctx, attemptID, token, "a.txt", 1<<20)
+	}
+	srv, err := f.Client.ServeHost("gw-lease", host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	a := fleettest.Attempt(session, fleettest.Script(`{"write":{"path":"a.txt","text":"x"}}`, `{"say":"MEDIA:a.txt"}`))
+	a.HostID, a.StageReplyMedia = "gw-lease", true
+	r := result(t, submit(t, f, a))
+	<-done
+	if before != nil {
+		t.Fatalf("a read under the lease: %v", before)
+	}
+	if !errors.Is(after, teamster.ErrNoActiveRun) {
+		t.Fatalf("a read after the lease went: %v, want no_active_run", after)
+	}
+	if r.Error == nil || r.Error.Code != teamster.CodeLeaseLost {
+		t.Fatalf("result %+v, want lease_lost", r)
+	}
 }
