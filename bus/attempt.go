@@ -54,10 +54,20 @@ type Attempt struct {
 	// the host read reply attachments from the run's workspace (the
 	// replyMedia callback and teamster.run.<attemptId>.read); it needs a
 	// hostId and a harness with a workspace.
-	StageReplyMedia         bool             `json:"stageReplyMedia,omitempty"`
+	StageReplyMedia bool `json:"stageReplyMedia,omitempty"`
+	// Operation is what the attempt asks for: a turn (""), or a
+	// settled-tool finalization (OperationSettledToolFinalization).
+	Operation               string           `json:"operation,omitempty"`
 	ExpectedRuntimeArtifact *RuntimeArtifact `json:"expectedRuntimeArtifact,omitempty"`
 	AuthProfileRef          string           `json:"authProfileRef,omitempty"`
 }
+
+// OperationSettledToolFinalization is OpenClaw's settled-turn finalization
+// as a fleet operation: after a turn whose tool calls all settled without a
+// visible answer, one restricted, tool-less follow-up on the session's
+// native thread (harness.Finalizer), under the session's lease and in its
+// order like any turn.
+const OperationSettledToolFinalization = "settled-tool-finalization"
 
 // Tool is one host tool offered to the harness.
 type Tool struct {
@@ -170,6 +180,12 @@ func (a *Attempt) Validate() error {
 	}
 	if err := optionalID("agentHarnessRuntimeOverride", a.AgentHarnessRuntimeOverride); err != nil {
 		return err
+	}
+	if a.Operation != "" && a.Operation != OperationSettledToolFinalization {
+		return invalid("field operation %q is not %s", truncate(a.Operation, 40), OperationSettledToolFinalization)
+	}
+	if a.Operation != "" && (a.ToolsAllow == nil || len(*a.ToolsAllow) > 0 || len(a.Tools) > 0) {
+		return invalid("a %s takes no tools: toolsAllow is [] and tools is absent", a.Operation)
 	}
 	if err := optionalID("hostId", a.HostID); err != nil {
 		return err

@@ -101,7 +101,7 @@ var constGroups = []constGroup{
 	{"Header", "Subjects"}, {"Session", "Subjects"}, {"HostCall", "Subjects"}, {"Event", "Event"},
 	{"Agent", "`agent` data"}, {"Approval", "`agent` data"}, {"Injection", "`injection` data"},
 	{"Class", "Result"}, {"Status", "Statuses"}, {"Authority", "Inject request"},
-	{"Outcome", "`tool` data"}, {"Control", "Worker control"}, {"Worker", "Registry entry"}, {"Read", "Read reply"},
+	{"Outcome", "`tool` data"}, {"Control", "Worker control"}, {"Worker", "Registry entry"}, {"Read", "Read reply"}, {"Operation", "Prepared attempt"},
 }
 
 type valueText struct{ name, heading, row, text string }

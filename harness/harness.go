@@ -31,6 +31,20 @@ type Harness interface {
 	RunAttempt(ctx context.Context, run *Run) (*Outcome, error)
 }
 
+// Finalizer is a harness that can run OpenClaw's settled-turn finalization
+// (an attempt with operation settled-tool-finalization): after a turn whose
+// tool calls all settled without a visible answer, one follow-up on the
+// session's native thread (run.Binding) with the host's instruction as its
+// prompt, that exposes no tools, asks no questions, takes no injected input
+// and runs no hooks, and returns one assistant answer (and the binding
+// after it). Only a harness that can enforce all of that implements it: the
+// worker refuses the operation, harness_unsupported_route, to any other.
+// The run's Host refuses tool and question callbacks whatever the harness
+// does.
+type Finalizer interface {
+	FinalizeSettledTurn(ctx context.Context, run *Run) (*Outcome, error)
+}
+
 // Workspacer is a harness whose runs work in a directory of the worker's
 // (Codex's cwd, say). For an attempt with stageReplyMedia the worker lets
 // the attempt's host read the files the reply names from it, confined to

@@ -46,6 +46,10 @@ func (r *run) prepare() (json.RawMessage, bool) {
 			"harness %s does not support the prepared route: %s", r.harnessID, why).WithSideEffects(teamster.SideEffectsNone)))
 		return nil, false
 	}
+	if err := r.checkFinalizer(); err != nil {
+		r.finish(r.errorResult(err))
+		return nil, false
+	}
 	// The claim read the session record under the new lease.
 	rec := r.session
 	// A delegate's attempt is checked again here, under the lease, against

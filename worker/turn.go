@@ -68,7 +68,11 @@ func (r *run) turnContext() (context.Context, context.CancelFunc) {
 
 // harnessRun is what the harness is given to run the attempt.
 func (r *run) harnessRun(ctx context.Context, binding json.RawMessage) *harness.Run {
-	hr := &harness.Run{Attempt: r.attempt, Host: (*host)(r), WorkerID: r.w.id, Fence: r.lease.Fence(),
+	var h harness.Host = (*host)(r)
+	if r.finalization() {
+		h = finalHost{(*host)(r)}
+	}
+	hr := &harness.Run{Attempt: r.attempt, Host: h, WorkerID: r.w.id, Fence: r.lease.Fence(),
 		Delegate: r.delegate, Binding: binding, Current: func() bool { return ctx.Err() == nil && r.lease.Current() }}
 	hr.OnInjector(r.setInjector)
 	return hr
@@ -136,6 +140,9 @@ func (r *run) callHarness(ctx context.Context, hr *harness.Run) (out *harness.Ou
 			out, err = nil, teamster.Errorf(teamster.CodeHarnessFailed, "harness panicked: %v", p)
 		}
 	}()
+	if f, ok := r.h.impl.(harness.Finalizer); ok && r.finalization() {
+		return f.FinalizeSettledTurn(ctx, hr)
+	}
 	return r.h.impl.RunAttempt(ctx, hr)
 }
 

@@ -112,6 +112,8 @@ func (r *run) inject(req *bus.InjectRequest) *bus.InjectReply {
 		return refuse(teamster.Errorf(teamster.CodeInjectionRequiresV2, "harness %s accepts no source-bound input (injection %s)", r.harnessID, level))
 	case level == selection.InjectionNone:
 		return refuse(teamster.Errorf(teamster.CodeInvalidRequest, "harness %s accepts no injection", r.harnessID))
+	case r.finalization():
+		return refuse(teamster.Errorf(teamster.CodeInvalidRequest, "a settled-turn finalization takes no steering"))
 	case r.ctx.Err() != nil:
 		return refuse(teamster.Errorf(teamster.CodeNoActiveRun, "the run has ended"))
 	case !r.lease.Current():

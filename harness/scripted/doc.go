@@ -28,6 +28,13 @@
 //	                         answer to the assistant texts; a refusal ends the attempt with it
 //	{"fail": message}        ends the attempt with harness_failed and message
 //
+// A tool step with "quiet": true keeps the result out of the assistant
+// texts: a tool-only turn, whose settled tools OpenClaw then asks a
+// finalization for. The harness is a harness.Finalizer: a settled-turn
+// finalization plays nothing, calls nothing, and answers
+// "finalized (thread <thread>, turn <n>): <first line of the instruction>"
+// on the session's thread.
+//
 // The event data is bus.PartialData, bus.AgentData and bus.ToolData.
 //
 // The whole script is checked before its first step runs: malformed JSON, a

@@ -61,6 +61,8 @@ type writeStep struct {
 type toolStep struct {
 	name string
 	args json.RawMessage
+	// quiet keeps the result out of the assistant texts (a tool-only turn).
+	quiet bool
 }
 
 // parsePrompt returns the steps a prompt plays: its script, or one say step
@@ -230,8 +232,9 @@ func toolValue(v json.RawMessage) (toolStep, error) {
 		return toolStep{}, stepError("tool takes an object {name, args}")
 	}
 	var t struct {
-		Name json.RawMessage `json:"name"`
-		Args json.RawMessage `json:"args"`
+		Name  json.RawMessage `json:"name"`
+		Args  json.RawMessage `json:"args"`
+		Quiet bool            `json:"quiet"`
 	}
 	if err := json.Unmarshal(v, &t); err != nil {
 		return toolStep{}, stepError("tool takes an object {name, args}")
@@ -250,7 +253,7 @@ func toolValue(v json.RawMessage) (toolStep, error) {
 		}
 		args = t.Args
 	}
-	return toolStep{name: name, args: args}, nil
+	return toolStep{name: name, args: args, quiet: t.Quiet}, nil
 }
 
 // stringValue decodes a JSON string; null and every other type are refused.

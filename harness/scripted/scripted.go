@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"path"
+	"strings"
 	"sync"
 	"time"
 
@@ -48,6 +49,8 @@ var (
 	_ harness.Harness           = (*Harness)(nil)
 	_ harness.Resetter          = (*Harness)(nil)
 	_ harness.ArtifactValidator = (*Harness)(nil)
+	_ harness.Finalizer         = (*Harness)(nil)
+	_ harness.Workspacer        = (*Harness)(nil)
 )
 
 // New returns a scripted harness registered with manifest m.
@@ -116,6 +119,35 @@ func (h *Harness) RunAttempt(ctx context.Context, run *harness.Run) (*harness.Ou
 		}
 	}
 	return h.outcome(run, p), nil
+}
+
+// FinalizeSettledTurn is the settled-turn finalization (harness.Finalizer),
+// which the scripted harness enforces by having nothing to restrict: it
+// plays no script, calls no host, installs no injection handle. On the
+// session's thread (the binding) it answers one text, naming the thread
+// and the turn it is, and the first line of the host's instruction:
+// "finalized (thread <thread>, turn <n>): <first line>".
+func (h *Harness) FinalizeSettledTurn(ctx context.Context, run *harness.Run) (*harness.Outcome, error) {
+	if err := checkRun(run); err != nil {
+		return nil, err
+	}
+	h.record(run, EventStart)
+	defer h.record(run, EventEnd)
+	if err := ctx.Err(); err != nil {
+		return nil, ctxError(ctx)
+	}
+	if run.Current != nil && !run.Current() {
+		return nil, teamster.Errorf(teamster.CodeLeaseLost, "the run's lease is no longer held")
+	}
+	next := nextBinding(run.Binding, run.Attempt.SessionID)
+	var b binding
+	_ = jsonv1.Unmarshal(next, &b)
+	first, _, _ := strings.Cut(strings.TrimSpace(run.Attempt.Prompt), "\n")
+	text := fmt.Sprintf("finalized (thread %s, turn %d): %s", b.Thread, b.Turns, first)
+	if err := run.Host.Emit(ctx, bus.EventPartial, bus.PartialData{Text: text}); err != nil {
+		return nil, err
+	}
+	return &harness.Outcome{AssistantTexts: []string{text}, NativeSession: next}, nil
 }
 
 // checkRun refuses a run without an attempt or a host.
@@ -339,7 +371,7 @@ func (p *player) tool(t toolStep) error {
 	if err := p.emit(bus.EventTool, ev); err != nil {
 		return err
 	}
-	if ev.Outcome == bus.OutcomeSuccess {
+	if ev.Outcome == bus.OutcomeSuccess && !t.quiet {
 		p.out.AssistantTexts = append(p.out.AssistantTexts, string(ev.Result))
 	}
 	term, err := p.host.ToolTerminal(p.ctx, bus.ToolTerminal{

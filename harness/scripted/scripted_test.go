@@ -345,6 +345,33 @@ func TestWrite(t *testing.T) {
 	wantCode(t, err, teamster.CodeHarnessFailed, "no workspace")
 }
 
+// A quiet tool step keeps the result out of the reply (a tool-only turn);
+// the finalization that follows answers on the same thread, one turn on,
+// and calls nothing of the host.
+func TestToolOnlyTurnAndItsFinalization(t *testing.T) {
+	h := &host{}
+	out, err := play(t, script(t, m{"tool": m{"name": "lookup", "quiet": true}}), h)
+	if err != nil || len(out.AssistantTexts) != 0 || len(h.calls) != 1 {
+		t.Fatalf("tool-only turn: %+v, %v, %d calls", out, err, len(h.calls))
+	}
+	run := newRun("The previous assistant turn completed its tool calls.\nMore text.", h)
+	run.Binding = out.NativeSession
+	fin, err := scripted.New(manifest("v2"), scripted.Options{}).FinalizeSettledTurn(context.Background(), run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "finalized (thread scripted-s1, turn 2): The previous assistant turn completed its tool calls."
+	if diff := cmp.Diff([]string{want}, fin.AssistantTexts); diff != "" {
+		t.Errorf("finalization texts (-want +got):\n%s", diff)
+	}
+	if string(fin.NativeSession) != `{"thread":"scripted-s1","turns":2}` {
+		t.Errorf("binding after the finalization %s", fin.NativeSession)
+	}
+	if len(h.calls) != 1 || run.Injector() != nil {
+		t.Errorf("the finalization called the host (%d tool calls) or installed a handle", len(h.calls))
+	}
+}
+
 func TestHostErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name string
