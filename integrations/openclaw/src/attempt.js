@@ -85,6 +85,12 @@ export function buildAttempt(params, cfg, opts) {
   if (Array.isArray(params.toolsAllow)) a.toolsAllow = params.toolsAllow.filter((n) => typeof n === "string" && n);
   if (params.disableTools === true) a.toolsAllow = [];
   if (params.captureRuntimeArtifact === true) a.captureRuntimeArtifact = true;
+  if (opts.operation) {
+    // A fleet operation (settled-tool-finalization): tool-less by contract.
+    a.operation = opts.operation;
+    a.toolsAllow = [];
+    delete a.tools;
+  }
   // OpenClaw offers to stage reply attachments read from the harness's
   // workspace (the turn has a workspace): the worker's is the fleet's.
   if (opts.hostId && typeof params.hostCapabilities?.prepareReplyMedia === "function" && params.workspaceDir) a.stageReplyMedia = true;

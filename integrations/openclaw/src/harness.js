@@ -70,6 +70,21 @@ export function createTeamsterHarness({ cfg, fleet, runtime = {}, logger, onDisp
     reset(params) {
       return resetSession({ cfg, fleet, log, params });
     },
+    /**
+     * finalizeSettledTurn: OpenClaw's turn ended with its tool calls settled
+     * and no visible answer; one restricted, tool-less follow-up on the
+     * session's native thread, as a fleet operation (under the session's
+     * lease, in its order), answers it. A harness on the fleet that cannot
+     * enforce the restrictions refuses it (harness_unsupported_route), and
+     * this throws: OpenClaw then falls back to its own notice.
+     */
+    async finalizeSettledTurn({ attempt }) {
+      const out = await new Turn({ cfg, fleet, runtime, log, params: attempt, operation: OPERATION_FINALIZE }).run();
+      if (out.terminal?.kind !== "ok") {
+        throw out.terminal?.error ?? out.terminal?.failure?.error ?? new TeamsterError("internal", "teamster: the fleet's finalization did not end ok");
+      }
+      return { assistant: out.lastAssistant };
+    },
     async dispose() {
       await (onDispose ? onDispose() : fleet.close());
     },
@@ -115,10 +130,14 @@ export async function resetSession({ cfg, fleet, log, params }) {
   }
 }
 
-/** Turn is one runAttempt. */
+/** OPERATION_FINALIZE is the fleet operation of finalizeSettledTurn. */
+export const OPERATION_FINALIZE = "settled-tool-finalization";
+
+/** Turn is one runAttempt (or, with operation, one fleet operation). */
 export class Turn {
-  constructor({ cfg, fleet, runtime, log, params, attemptId = newAttemptId() }) {
+  constructor({ cfg, fleet, runtime, log, params, attemptId = newAttemptId(), operation }) {
     this.cfg = cfg;
+    this.operation = operation;
     this.fleet = fleet;
     this.runtime = runtime;
     this.log = log;
@@ -145,7 +164,8 @@ export class Turn {
   async run() {
     const started = Date.now();
     const out = await this.runTurn();
-    await this.agentEnd(out, Date.now() - started);
+    // A finalization is part of the turn it finalizes: no agent_end of its own.
+    if (!this.operation) await this.agentEnd(out, Date.now() - started);
     return out;
   }
 
@@ -210,7 +230,7 @@ export class Turn {
         }),
       );
       const tools = this.cfg.advertiseTools && p.disableTools !== true ? describeTools(await this.toolSurface()) : [];
-      const attempt = buildAttempt(p, this.cfg, { attemptId: this.attemptId, replyTo, hostId: this.cfg.hostId, tools });
+      const attempt = buildAttempt(p, this.cfg, { attemptId: this.attemptId, replyTo, hostId: this.cfg.hostId, tools, operation: this.operation });
       this.injector = new Injector({
         fleet: this.fleet, attemptId: this.attemptId, onAbort: (r) => this.abort(r), log: this.log,
         questions: {
@@ -239,14 +259,16 @@ export class Turn {
       this.emitAgent("teamster", { phase: "accepted", attemptId: this.attemptId, harnessId: reply.harnessId, selection: reply.selection?.selectedReason });
       this.log.info?.(`teamster: attempt ${this.attemptId} accepted for ${reply.harnessId} (session ${p.sessionKey})`);
 
-      handle = this.installHandle();
+      // A finalization takes no steering: it is not the session's active run.
+      if (!this.operation) handle = this.installHandle();
       if (p.abortSignal?.aborted) this.abort("user_abort");
 
       const r = await this.waitResult(attempt);
       this.log.info?.(`teamster: attempt ${this.attemptId} ended ${r.status}${r.error ? ` ${r.error.code}` : ""} (session ${p.sessionKey})`);
       const out = mapResult(p, r, this.ctx);
       if (r.status === "ok" && this.preparedReplyMedia) out.preparedReplyMedia = this.preparedReplyMedia;
-      if (r.status === "ok") await this.mirror(out, r);
+      // OpenClaw writes a finalization's answer itself.
+      if (r.status === "ok" && !this.operation) await this.mirror(out, r);
       return out;
     } catch (err) {
       const e = err instanceof TeamsterError ? err : new TeamsterError("internal", `teamster: the fleet at ${this.fleet.natsUrl}: ${err?.message ?? err}`);

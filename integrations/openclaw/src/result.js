@@ -88,6 +88,10 @@ export function mapResult(params, r, ctx) {
   const text = replyText(texts);
   const outputTokens = Number.isFinite(r.usage?.outputTokens) ? r.usage.outputTokens : 0;
   out.toolMetas = ctx.toolMetas ?? [];
+  // Every tool call the fleet's harness made through the host started and
+  // completed there (the host answered it): OpenClaw reads these counts to
+  // tell a tool-only turn, which it then asks to finalize.
+  out.itemLifecycle = { startedCount: out.toolMetas.length, completedCount: out.toolMetas.length, activeCount: 0 };
   out.assistantTexts = texts.filter((t) => t.length > 0);
   const msgCtx = { provider: params.provider, modelId: params.modelId, api: ctx.api, outputTokens, now: ctx.now };
   if (r.status === "ok") {

@@ -595,6 +595,26 @@ test("a reply's attachment is read from the worker's workspace; a missing one an
   assert.ok(await logMatch(new RegExp(`teamster: attempt ${id} staged \\d+ reply attachment\\(s\\) from the worker's workspace \\(1 read\\)`), 10000));
 });
 
+test("a tool-only fleet turn is finalized by OpenClaw through the plugin: one tool-less fleet operation on the same thread answers it", async () => {
+  await gatewayReady; // also when run alone (--test-name-pattern)
+  const key = "agent:main:e2e-finalize";
+  // The tool's result stays out of the reply: a turn of tool calls only.
+  const final = await agentTurn(key, JSON.stringify({ script: [{ tool: { name: "seams_echo", args: { text: "quiet" }, quiet: true } }] }));
+  assert.equal(final.status, "ok", JSON.stringify(final));
+  const reply = replyOf(final);
+  assert.match(reply, /^finalized \(thread scripted-[\w-]+, turn 2\): The previous assistant turn completed its tool calls/,
+    `OpenClaw's answer is the fleet finalization's:\n${JSON.stringify(final)}\n${gatewayLog().slice(-3000)}`);
+  // Two fleet attempts for the session: the turn, then the finalization, the
+  // second on the same native thread (turn 2 of it).
+  const ids = await attemptsOf(key, "ended ok", 2);
+  assert.equal(ids.length, 2, gatewayLog().slice(-3000));
+  const [turn, fin] = ids.map(fleetResult);
+  assert.deepEqual(turn.assistantTexts, []);
+  assert.deepEqual(fin.assistantTexts, [reply]);
+  assert.equal(turn.fence.split(":")[0], fin.fence.split(":")[0]);
+  assert.ok(Number(fin.fence.split(":")[1]) > Number(turn.fence.split(":")[1]), "the finalization ran after the turn, under the session's lease");
+});
+
 test("a turn started by the gateway's agent method cannot be steered: the message becomes the next turn", async () => {
   // OpenClaw 2026.9.6 steers through the session's reply operation, which
   // the `agent` method (`openclaw agent`) never creates (README, "Steering").

@@ -641,3 +641,32 @@ test("a plain-text message while the fleet's harness asks is claimed as the answ
   inj.end();
   await p2;
 });
+
+test("finalizeSettledTurn runs one tool-less fleet operation and returns its answer; a refusal throws", async (t) => {
+  const { fleet, play } = await acceptingFleet(t);
+  const harness = createTeamsterHarness({ cfg: fleet.cfg, fleet, logger: {} });
+  const instruction = "Produce the final user-visible answer now.";
+  const p = harness.finalizeSettledTurn({ attempt: params({ prompt: instruction, disableTools: true }), settledAttempt: {} });
+  const a = await waitAttempt(play);
+  assert.equal(a.operation, "settled-tool-finalization");
+  assert.deepEqual(a.toolsAllow, []);
+  assert.equal(a.tools, undefined);
+  assert.equal(a.prompt, instruction);
+  play.result(a, 2, { status: "ok", assistantTexts: ["the answer"] });
+  const r = await p;
+  assert.deepEqual(Object.keys(r), ["assistant"]);
+  assert.deepEqual(r.assistant.content, [{ type: "text", text: "the answer" }]);
+  assert.equal(r.assistant.stopReason, "stop");
+
+  const p2 = harness.finalizeSettledTurn({ attempt: params({ prompt: instruction, disableTools: true }), settledAttempt: {} });
+  await until(() => play.attempts.length === 2, "the second operation");
+  play.result(play.attempt, 2, { status: "error", assistantTexts: [], error: { code: "harness_unsupported_route", message: "harness codex cannot run a settled-turn finalization", sideEffects: "none" } });
+  await assert.rejects(p2, (e) => e.code === "harness_unsupported_route" && /cannot run a settled-turn finalization/.test(e.message));
+});
+
+test("a result reports the tool calls the host ran as completed items", async () => {
+  const { mapResult } = await import("../../src/result.js");
+  const out = mapResult(params(), { status: "ok", attemptId: "a", assistantTexts: [] }, { toolMetas: [{ toolName: "x", toolCallId: "c1", isError: false }] });
+  assert.deepEqual(out.itemLifecycle, { startedCount: 1, completedCount: 1, activeCount: 0 });
+  assert.equal(out.currentAttemptAssistant.stopReason, "stop");
+});
