@@ -47,6 +47,8 @@ var (
 	_ harness.ArtifactValidator = (*claudeHarness)(nil)
 	_ harness.StateCarrier      = (*claudeHarness)(nil)
 	_ harness.Resetter          = (*claudeHarness)(nil)
+	_ harness.Finalizer         = (*claudeHarness)(nil)
+	_ harness.Workspacer        = (*claudeHarness)(nil)
 	_ io.Closer                 = (*claudeHarness)(nil)
 )
 
@@ -166,6 +168,33 @@ func (h *claudeHarness) ValidateRuntimeArtifact(ctx context.Context, a bus.Runti
 // session of the binding resumed. Every error it returns is a
 // *teamster.Error.
 func (h *claudeHarness) RunAttempt(ctx context.Context, run *harness.Run) (*harness.Outcome, error) {
+	return h.run(ctx, run, false)
+}
+
+// FinalizeSettledTurn is the settled-turn finalization (harness.Finalizer):
+// the settled turn's session resumed with the host's instruction as its one
+// prompt and every tool withheld, which the CLI enforces: --tools "" (no
+// built-in tool), --strict-mcp-config with no MCP server (the attempt offers
+// no gateway tool, and a finalization may offer none), --max-turns 1, no
+// steering (no injection handle), permission prompts off, and the harness's
+// own HOME (no user settings or hooks). A session without a binding has no
+// thread to continue: that is harness_failed, with nothing started.
+func (h *claudeHarness) FinalizeSettledTurn(ctx context.Context, run *harness.Run) (*harness.Outcome, error) {
+	if run == nil || run.Attempt == nil {
+		return nil, errs.FailedNone("the run has no attempt")
+	}
+	a := run.Attempt
+	if len(run.Binding) == 0 {
+		return nil, errs.FailedNone("a finalization continues the settled turn's session, and this session has no Claude Code session")
+	}
+	if a.ToolsAllow == nil || len(*a.ToolsAllow) > 0 || len(a.Tools) > 0 {
+		return nil, errs.FailedNone("a finalization runs with every tool withheld (toolsAllow [] and no tools)")
+	}
+	return h.run(ctx, run, true)
+}
+
+// run runs a turn, or a finalization (final).
+func (h *claudeHarness) run(ctx context.Context, run *harness.Run, final bool) (*harness.Outcome, error) {
 	if run == nil || run.Attempt == nil {
 		return nil, errs.FailedNone("the run has no attempt")
 	}
@@ -193,6 +222,7 @@ func (h *claudeHarness) RunAttempt(ctx context.Context, run *harness.Run) (*harn
 		return nil, errs.FailedNone("%v", err)
 	}
 	t := newTurn(h, run, ctx, sessionID, creds)
+	t.final = final
 	out, err := t.drive()
 	if err != nil {
 		return nil, err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/teamster-fleet/teamster/bus"
 	"github.com/teamster-fleet/teamster/harness"
+	"github.com/teamster-fleet/teamster/harness/claude"
 	"github.com/teamster-fleet/teamster/harness/claude/claudetest"
 )
 
@@ -176,5 +177,57 @@ func tarNames(t *testing.T, blob []byte) []string {
 			t.Fatal(err)
 		}
 		out = append(out, h.Name)
+	}
+}
+
+// A settled-turn finalization resumes the turn's session with the host's
+// instruction and every tool withheld: the model is offered no tool at all
+// (the settings' built-ins neither), the request carries the turn before it,
+// the binding stays the session's, and nothing can steer it. Without a
+// session to continue, or with a tool allowed, nothing starts.
+func TestFinalizeSettledTurn(t *testing.T) {
+	e := claudetest.NewEndpoint(t, claudetest.Reply{Text: "looked"}, claudetest.Reply{Text: "Here is the summary.", OutputTokens: 5})
+	r := newRig(t, e, func(s *claude.Settings) { s.BuiltinTools = []string{"Read"} })
+	const session = "agent:main:finalize"
+	out1, err := r.h.RunAttempt(t.Context(), &harness.Run{Attempt: attempt(session, "look it up"), Host: &recHost{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fin harness.Finalizer = r.h
+	a := attempt(session, "The previous assistant turn completed its tool calls but did not produce a user-visible answer.")
+	a.AttemptID += "-final"
+	a.Operation = bus.OperationSettledToolFinalization
+	a.ToolsAllow = &[]string{}
+	run := &harness.Run{Attempt: a, Host: &recHost{}, Binding: out1.NativeSession}
+	out2, err := fin.FinalizeSettledTurn(t.Context(), run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(out2.AssistantTexts, []string{"Here is the summary."}) || sessionOf(t, out2) != sessionOf(t, out1) {
+		t.Fatalf("finalization %q on session %s, want the summary on %s", out2.AssistantTexts, sessionOf(t, out2), sessionOf(t, out1))
+	}
+	reqs := e.WaitRequests(t, 2)
+	if tools := reqs[0].Tools(); !slices.Contains(tools, "Read") {
+		t.Fatalf("the turn was offered %v, want its built-in Read", tools)
+	}
+	if tools := reqs[1].Tools(); len(tools) != 0 {
+		t.Fatalf("the finalization offered the model %v, want no tool", tools)
+	}
+	if !reqs[1].Has("look it up") || !reqs[1].Has("did not produce a user-visible answer") {
+		t.Fatalf("the finalization's request does not continue the turn: %q", reqs[1].Texts())
+	}
+	if run.Injector() != nil {
+		t.Fatal("the finalization installed an injection handle")
+	}
+
+	noThread := &harness.Run{Attempt: a, Host: &recHost{}}
+	_, err = fin.FinalizeSettledTurn(t.Context(), noThread)
+	wantCode(t, err, "harness_failed", "none")
+	allowed := *a
+	allowed.ToolsAllow = &[]string{"Read"}
+	_, err = fin.FinalizeSettledTurn(t.Context(), &harness.Run{Attempt: &allowed, Host: &recHost{}, Binding: out1.NativeSession})
+	wantCode(t, err, "harness_failed", "none")
+	if n := len(e.Requests()); n != 2 {
+		t.Fatalf("the endpoint got %d turn requests, want 2: a refused finalization started something", n)
 	}
 }

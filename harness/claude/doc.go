@@ -116,6 +116,18 @@
 // same attempt. (Priority "now" would abandon the request in flight, and
 // the CLI would report that pass as interrupted.)
 //
+// # Settled-turn finalization
+//
+// The harness is a harness.Finalizer: a finalization (the attempt's
+// operation settled-tool-finalization) resumes the settled turn's session
+// with the host's instruction as its one prompt and every tool withheld,
+// which the CLI enforces: --tools "" (the attempt's toolsAllow is [], so no
+// built-in passes allowedBuiltins), --strict-mcp-config with no MCP server
+// (the attempt offers no gateway tool), --max-turns 1, no injection handle,
+// permission prompts off, in the harness's own HOME. A session without a
+// binding, or an attempt that allows a tool, is harness_failed with nothing
+// started.
+//
 // # Cancellation
 //
 // When the attempt's context ends the harness writes the interrupt control

@@ -60,6 +60,9 @@ type turn struct {
 	// ended is set (under the process's write lock) once the turn takes no
 	// more input.
 	ended atomic.Bool
+	// final: the turn is a settled-turn finalization (one model turn, no
+	// steering; its tools are withheld by the attempt).
+	final bool
 
 	// rel is the turn's side of the Host contract: events, usage, tool
 	// calls (their lastToolError) and the turn's first failure.
@@ -138,7 +141,9 @@ func (t *turn) drive() (*harness.Outcome, error) {
 		return nil, errs.FailedNone("write the prompt: %v", err)
 	}
 	t.log.WithField("resume", t.resume).Debug("claude: turn started")
-	t.installInjector()
+	if !t.final {
+		t.installInjector()
+	}
 	return t.loop()
 }
 
@@ -171,7 +176,10 @@ func (t *turn) args() ([]string, func(), error) {
 	if len(allowed) > 0 {
 		args = append(args, "--allowedTools", strings.Join(allowed, ","))
 	}
-	if s.MaxTurns > 0 {
+	switch {
+	case t.final:
+		args = append(args, "--max-turns", "1")
+	case s.MaxTurns > 0:
 		args = append(args, "--max-turns", strconv.Itoa(s.MaxTurns))
 	}
 	if t.resume {

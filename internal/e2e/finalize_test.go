@@ -18,7 +18,8 @@ import (
 )
 
 // Two test implementations: "plain", the scripted harness without its
-// Finalizer (it cannot enforce a finalization, as Codex cannot), and
+// Finalizer (it cannot enforce a finalization, as Codex cannot: the worker
+// refuses it any), and
 // "greedy", whose finalization tries to call a tool and ask a question.
 func init() {
 	worker.RegisterImplementation("plain", func(m selection.Manifest, _ json.RawMessage, _ worker.FactoryEnv) (harness.Harness, error) {
