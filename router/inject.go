@@ -3,7 +3,6 @@ package router
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/sirupsen/logrus"
@@ -12,14 +11,6 @@ import (
 	"github.com/teamster-fleet/teamster/bus"
 	"github.com/teamster-fleet/teamster/leases"
 )
-
-// runRequestTimeout bounds the router's part of an inject or a run's
-// cancel: finding the running attempt's worker in Redis and relaying the
-// request to it. It is half of a gateway's default request timeout
-// (client.requestTimeout, 10 s), so that a Redis or a worker that does not
-// answer gets the gateway a typed error (internal) rather than its own
-// timeout.
-const runRequestTimeout = 5 * time.Second
 
 // onInject serves teamster.inject: it finds the session's running attempt
 // and its worker from the session's lease (or the attempt the request names,
@@ -38,7 +29,7 @@ func (r *Router) onInject(m *nats.Msg) {
 			Error: teamster.Errorf(teamster.CodeInvalidRequest, "an inject names a sessionKey or an attemptId")})
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), runRequestTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), answerTimeout)
 	defer cancel()
 	var worker string
 	var err error
@@ -82,7 +73,7 @@ func (r *Router) onRunRequest(m *nats.Msg) {
 		r.reply(m, bus.Rejected(err))
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), runRequestTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), answerTimeout)
 	defer cancel()
 	worker, err := r.runningWorker(ctx, id)
 	if err == nil {
@@ -177,7 +168,7 @@ func (r *Router) onSourceGrant(m *nats.Msg) {
 		r.reply(m, bus.Rejected(err))
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), submitTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), answerTimeout)
 	defer cancel()
 	if err := r.store.GrantSource(ctx, g.ID, g.Generation); err != nil {
 		r.reply(m, bus.Rejected(err))
@@ -196,7 +187,7 @@ func (r *Router) onSourceRevoke(m *nats.Msg) {
 		r.reply(m, bus.Rejected(err))
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), submitTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), answerTimeout)
 	defer cancel()
 	gen, err := r.store.RevokeSource(ctx, rv.ID)
 	if err != nil {

@@ -42,7 +42,7 @@ func (r *Router) onSessionOp(m *nats.Msg) {
 		r.reply(m, bus.Rejected(err))
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), submitTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), answerTimeout)
 	defer cancel()
 	fields := leases.FieldsOf(body.SessionKey, body.SessionID, body.StorePath, body.AgentID, body.AgentHarnessID, body.ModelSelectionLocked)
 	res, err := r.store.SessionOp(ctx, body.SessionKey, op, fields)

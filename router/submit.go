@@ -19,8 +19,18 @@ import (
 	"github.com/teamster-fleet/teamster/selection"
 )
 
-// submitTimeout bounds the Redis work of one submit.
+// submitTimeout bounds the Redis work of one submit (whose gateway waits
+// longer than for other requests: client.Submit's own budget).
 const submitTimeout = 10 * time.Second
+
+// answerTimeout bounds the router's whole part of every other request a
+// gateway makes (inject, a run's inject, cancel and read, source grant and
+// revoke, session operations): its Redis work and any relay to a worker. It
+// is inside a gateway's default request timeout (client's 10 s), so that a
+// Redis or a worker that stopped answering gets the gateway a typed error
+// (internal) before its own timeout, never silence. Redis calls end at their
+// deadline (cmdutil sets ContextTimeoutEnabled).
+const answerTimeout = 7 * time.Second
 
 // SubmitPublishBudget is how long a submit keeps trying to publish its
 // attempt (with the same Nats-Msg-Id, so JetStream stores it once however
