@@ -39,11 +39,11 @@ type run struct {
 	// step is where the run is (advance).
 	step atomic.Int32
 
-	subs   runSubjects // run.go: teamster.worker.<workerId>.run.<attemptId>.inject and .cancel
-	media  mediaSlot   // turn_media.go: the workspace while the host stages reply media
-	events eventStream // turn_events.go: seq, reservation, the result event
-	usage  usageTotal  // turn_host.go: output tokens reported
-	inj    injections  // turn_inject.go: injected items in flight
+	subs   runSubjects                 // run.go: teamster.worker.<workerId>.run.<attemptId>.inject and .cancel
+	media  atomic.Pointer[mediaReader] // turn_media.go: the workspace while the host stages reply media
+	events eventStream                 // turn_events.go: seq, reservation, the result event
+	usage  usageTotal                  // turn_host.go: output tokens reported
+	inj    injections                  // turn_inject.go: injected items in flight
 }
 
 // runStep is where a run is. It only moves forward (advance); each step is

@@ -9,7 +9,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -75,7 +74,7 @@ func (r *run) stageReplyMedia(out *harness.Outcome) {
 	}
 	defer func() {
 		_ = sub.Unsubscribe()
-		r.media.set(nil)
+		r.media.Store(nil)
 	}()
 	ctx, cancel := context.WithTimeout(r.ctx, replyMediaTimeout)
 	defer cancel()
@@ -96,31 +95,13 @@ func (r *run) subscribeReads(mr *mediaReader) (*nats.Subscription, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.media.set(mr)
+	r.media.Store(mr)
 	sub, err := r.w.nc.ChanSubscribe(subj, r.w.runs.msgs)
 	if err != nil {
-		r.media.set(nil)
+		r.media.Store(nil)
 		return nil, err
 	}
 	return sub, nil
-}
-
-// mediaSlot holds the run's reader while the step lasts.
-type mediaSlot struct {
-	mu sync.Mutex
-	mr *mediaReader
-}
-
-func (s *mediaSlot) set(mr *mediaReader) {
-	s.mu.Lock()
-	s.mr = mr
-	s.mu.Unlock()
-}
-
-func (s *mediaSlot) get() *mediaReader {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.mr
 }
 
 // onRead serves one read of the run's workspace.
@@ -136,7 +117,7 @@ func (r *run) read(data []byte) *bus.RunReadReply {
 	if err := bus.Decode(data, &req); err != nil {
 		return refuse("", teamster.AsError(err))
 	}
-	mr := r.media.get()
+	mr := r.media.Load()
 	if mr == nil || r.at() >= stepFinish || !r.lease.Current() {
 		return refuse("", teamster.Errorf(teamster.CodeNoActiveRun, "attempt %s serves no reads now", r.attempt.AttemptID))
 	}
