@@ -140,7 +140,7 @@ func TestReplyMediaReadsNeedTheToken(t *testing.T) {
 		return worker.DevConfig(id, slots).WithScriptedWorkspace(filepath.Join(ws, id))
 	}})
 	var stolen error
-	host := &tokenHost{Tools: client.NewTools(), read: func(ctx context.Context, attemptID string) {
+	host := &tokenHost{Tools: client.NewTools(), read: func(ctx context.Context, attemptID, _ string) {
 		_, stolen = f.Client.ReadRunFile(ctx, attemptID, "not-the-token", "secret.txt", 1<<20)
 	}}
 	srv, err := f.Client.ServeHost("gw-token", host)
@@ -158,18 +158,14 @@ func TestReplyMediaReadsNeedTheToken(t *testing.T) {
 	}
 }
 
+// tokenHost stages reply media with read, given the callback's token.
 type tokenHost struct {
 	*client.Tools
-	read     func(ctx context.Context, attemptID string)
-	readWith func(ctx context.Context, attemptID, token string)
+	read func(ctx context.Context, attemptID, token string)
 }
 
 func (h *tokenHost) ReplyMedia(ctx context.Context, attemptID string, m bus.ReplyMedia) error {
-	if h.readWith != nil {
-		h.readWith(ctx, attemptID, m.Token)
-		return nil
-	}
-	h.read(ctx, attemptID)
+	h.read(ctx, attemptID, m.Token)
 	return nil
 }
 
@@ -185,7 +181,7 @@ func TestReplyMediaReadsStopWithTheLease(t *testing.T) {
 	var before, after error
 	done := make(chan struct{})
 	host := &tokenHost{Tools: client.NewTools()}
-	host.readWith = func(ctx context.Context, attemptID, token string) {
+	host.read = func(ctx context.Context, attemptID, token string) {
 		defer close(done)
 		_, before = f.Client.ReadRunFile(ctx, attemptID, token, "a.txt", 1<<20)
 		if err := f.RDB.Del(ctx, "teamster:{"+leases.Tag(session)+"}:lease").Err(); err != nil {
