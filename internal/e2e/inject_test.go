@@ -5,12 +5,14 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/teamster-fleet/teamster"
 	"github.com/teamster-fleet/teamster/bus"
 	"github.com/teamster-fleet/teamster/client"
 	"github.com/teamster-fleet/teamster/harness/scripted"
 	"github.com/teamster-fleet/teamster/internal/fleettest"
+	"github.com/teamster-fleet/teamster/leases"
 	"github.com/teamster-fleet/teamster/selection"
 )
 
@@ -177,6 +179,19 @@ func TestInjectRefusals(t *testing.T) {
 	_, err = f.Client.Inject(t.Context(), bus.InjectRequest{AttemptID: lost.AttemptID(), Text: "too late"})
 	if !errors.Is(err, teamster.ErrLeaseLost) && !errors.Is(err, teamster.ErrNoActiveRun) && !errors.Is(err, teamster.ErrInternal) {
 		t.Fatalf("inject into a run whose lease was lost: %v, want it rejected", err)
+	}
+	// Every other request the router answers from Redis gets a typed
+	// answer too, before the gateway's own timeout: internal, not silence.
+	// (9 s here, under the client's default 10 s: the router's budget is 7 s.)
+	ctx, cancel := context.WithTimeout(t.Context(), 9*time.Second)
+	defer cancel()
+	if err := f.Client.GrantSource(ctx, "src-paused", 1); !errors.Is(err, teamster.ErrInternal) {
+		t.Fatalf("source grant with Redis paused: %v, want internal", err)
+	}
+	ctx, cancel = context.WithTimeout(t.Context(), 9*time.Second)
+	defer cancel()
+	if err := f.Client.SessionOp(ctx, leases.OpReset, bus.SessionOp{SessionKey: "inject:lost"}); !errors.Is(err, teamster.ErrInternal) {
+		t.Fatalf("session reset with Redis paused: %v, want internal", err)
 	}
 }
 
