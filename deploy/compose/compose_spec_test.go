@@ -30,6 +30,7 @@ type composeService struct {
 	EnvFile         envFiles                   `yaml:"env_file"`
 	DependsOn       dependsOn                  `yaml:"depends_on"`
 	StopGracePeriod string                     `yaml:"stop_grace_period"`
+	Ports           []string                   `yaml:"ports"`
 	Healthcheck     *struct{ Test stringList } `yaml:"healthcheck"`
 }
 

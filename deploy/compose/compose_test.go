@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -194,6 +195,17 @@ func TestComposeNATSNodes(t *testing.T) {
 			t.Errorf("%s and %s share server_name %q", prev, name, o.ServerName)
 		}
 		names[o.ServerName] = name
+		// The monitoring endpoint has no authentication and shows every
+		// connection and subscription: the container's loopback only,
+		// and no port published for it.
+		if o.HTTPPort != 0 && o.HTTPHost != "127.0.0.1" {
+			t.Errorf("%s: monitoring listens on %s:%d, want 127.0.0.1 (it has no authentication)", name, o.HTTPHost, o.HTTPPort)
+		}
+		for _, p := range s.Ports {
+			if o.HTTPPort != 0 && strings.HasSuffix(p, ":"+strconv.Itoa(o.HTTPPort)) {
+				t.Errorf("%s: publishes the monitoring port (%s)", name, p)
+			}
+		}
 		if o.MaxPayload != bus.ServerMaxPayload {
 			t.Errorf("%s: max_payload %d, want %d", name, o.MaxPayload, bus.ServerMaxPayload)
 		}
