@@ -60,7 +60,21 @@ type Attempt struct {
 	Operation               string           `json:"operation,omitempty"`
 	ExpectedRuntimeArtifact *RuntimeArtifact `json:"expectedRuntimeArtifact,omitempty"`
 	AuthProfileRef          string           `json:"authProfileRef,omitempty"`
+	// Tenant is the gateway the attempt belongs to ("" for the unnamed
+	// tenant): set by the router from the subject the attempt came on (a
+	// delegate's is the gateway it is bound to), never from a submit body,
+	// which may not carry it. Its session key and attempt id live in the
+	// tenant's namespace (ScopedSessionKey, ScopedID).
+	Tenant string `json:"tenant,omitempty"`
 }
+
+// ScopedSessionKey is the attempt's session key in its tenant's namespace
+// (teamster.Scope): what names the session's keys in Redis.
+func (a *Attempt) ScopedSessionKey() string { return teamster.Scope(a.Tenant, a.SessionKey) }
+
+// ScopedID is the attempt's id in its tenant's namespace: what names it in
+// Redis, on the worker and in the fleet's subjects.
+func (a *Attempt) ScopedID() string { return teamster.Scope(a.Tenant, a.AttemptID) }
 
 // OperationSettledToolFinalization is OpenClaw's settled-turn finalization
 // as a fleet operation: after a turn whose tool calls all settled without a
@@ -105,6 +119,9 @@ func DecodeSubmit(b []byte) (*Attempt, error) {
 func (s *submitBody) Validate() error {
 	if s.Delegate != nil {
 		return invalid("field delegate is not allowed in a submit body; a delegate's identity is its subject")
+	}
+	if s.Tenant != "" {
+		return invalid("field tenant is not allowed in a submit body; a gateway's identity is its subject")
 	}
 	return s.Attempt.Validate()
 }
@@ -188,6 +205,9 @@ func (a *Attempt) Validate() error {
 		return invalid("a %s takes no tools: toolsAllow is [] and tools is absent", a.Operation)
 	}
 	if err := optionalID("hostId", a.HostID); err != nil {
+		return err
+	}
+	if err := optionalID("tenant", a.Tenant); err != nil {
 		return err
 	}
 	if a.ReplyTo != "" && !ValidReplySubject(a.ReplyTo) {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	json "github.com/go-json-experiment/json/v1"
 
 	"github.com/teamster-fleet/teamster"
@@ -49,11 +51,20 @@ func Decode(b []byte, dst Envelope) error {
 	if len(b) > MaxBody {
 		return teamster.Errorf(teamster.CodePayloadTooLarge, "body of %d bytes is over the %d byte limit", len(b), MaxBody)
 	}
-	if err := json.Unmarshal(b, dst); err != nil {
+	if err := jsonv2.Unmarshal(b, dst, strict); err != nil {
 		return invalid("malformed body: %s", describeJSONError(err))
 	}
 	return dst.Validate()
 }
+
+// strict is how bodies are read: encoding/json's semantics (member names
+// match a field whatever their case), but a body with invalid UTF-8
+// anywhere (which encoding/json would silently replace, making two
+// different session keys one) or with an object that names a member twice,
+// in any case (which readers in other languages may resolve differently
+// from Go), is refused.
+var strict = jsonv2.JoinOptions(json.DefaultOptionsV1(),
+	jsontext.AllowInvalidUTF8(false), jsontext.AllowDuplicateNames(false))
 
 // Encode marshals an envelope. Envelopes hold only marshalable types, so an
 // error here is a programming error and is returned as internal.
@@ -80,7 +91,14 @@ func describeJSONError(err error) string {
 	}
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
-		return fmt.Sprintf("invalid JSON at byte %d", se.Offset)
+		var why string
+		switch {
+		case strings.Contains(se.Error(), "duplicate"):
+			why = ": an object names a member twice"
+		case strings.Contains(se.Error(), "UTF-8"):
+			why = ": invalid UTF-8"
+		}
+		return fmt.Sprintf("invalid JSON at byte %d%s", se.Offset, why)
 	}
 	var ee *teamster.Error
 	if errors.As(err, &ee) {

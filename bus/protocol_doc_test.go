@@ -39,7 +39,9 @@ var envelopeSections = map[string][]reflect.Type{
 	"`agent` data": {ty[AgentData](), ty[ApprovalData]()}, "`tool` data": {ty[ToolData]()},
 	"`usage` data": {ty[UsageData]()}, "`injection` data": {ty[InjectionData]()}, "Result": {ty[Result]()},
 	"Inject request": {ty[InjectRequest]()}, "Inject reply": {ty[InjectReply]()}, "Source grant": {ty[SourceGrant]()},
-	"Source revoke": {ty[SourceRevoke]()}, "Cancel request": {ty[CancelRequest]()}, "Generic reply": {ty[Reply]()},
+	"Source revoke": {ty[SourceRevoke]()}, "Revoke broadcast": {ty[SourceRevoked]()},
+	"Result request": {ty[ResultRequest]()}, "Result reply": {ty[ResultReply]()},
+	"Harnesses request": {ty[HarnessesRequest]()}, "Harnesses reply": {ty[HarnessesReply]()}, "Cancel request": {ty[CancelRequest]()}, "Generic reply": {ty[Reply]()},
 	"Session operation": {ty[sessionOpBody](), ty[SessionOp]()}, "Harness reset": {ty[HarnessReset]()},
 	"`tool` call": {ty[ToolCall]()}, "`tool` reply": {ty[ToolReply]()}, "`toolTerminal` call": {ty[ToolTerminal]()},
 	"`toolTerminal` reply": {ty[ToolTerminalReply]()}, "`userInput` call": {ty[UserInput]()},
@@ -58,28 +60,35 @@ var notWire = map[string]string{"teamster.SessionRecord": "a Redis hash (see the
 // enumTokens, too); nil marks a function that builds nothing the page names.
 var subjectBuilders = map[string]func() (string, error){
 	"AttemptSubject":        func() (string, error) { return AttemptSubject(ph("harnessId")) },
-	"ResultSubject":         func() (string, error) { return ResultSubject(ph("attemptId")) },
-	"ResultMsgID":           func() (string, error) { return ResultMsgID(ph("attemptId")), nil },
+	"ResultSubject":         func() (string, error) { return ResultSubject(teamster.Scope(ph("gatewayId"), ph("attemptId"))) },
+	"ResultMsgID":           func() (string, error) { return ResultMsgID(teamster.Scope(ph("gatewayId"), ph("attemptId"))), nil },
+	"AttemptMsgID":          func() (string, error) { return AttemptMsgID(teamster.Scope(ph("gatewayId"), ph("attemptId"))), nil },
+	"Identified":            func() (string, error) { return Identified(SubjectInject, ph("gatewayId")) },
+	"IdentifiedPattern":     nil, // the subscription of what Identified builds
+	"SplitIdentified":       nil, // parses what Identified builds
+	"DelegateInboxPrefix":   func() (string, error) { return DelegateInboxPrefix(ph("gatewayId"), ph("pluginId")), nil },
 	"SubmitDelegateSubject": func() (string, error) { return SubmitDelegateSubject(ph("pluginId")) },
 	"RunInjectSubject":      func() (string, error) { return RunInjectSubject(ph("attemptId")) },
 	"RunCancelSubject":      func() (string, error) { return RunCancelSubject(ph("attemptId")) },
 	"RunReadSubject":        func() (string, error) { return RunReadSubject(ph("attemptId")) },
 	"SubmitGatewaySubject":  func() (string, error) { return SubmitGatewaySubject(ph("gatewayId")) },
-	"WorkerRunSubject":      func() (string, error) { return WorkerRunSubject(ph("workerId"), ph("attemptId"), "inject") },
-	"InboxPrefix":           func() (string, error) { return InboxPrefix("gateway", ph("name")) },
-	"GatewayFromSubject":    nil, // parses what SubmitGatewaySubject builds
-	"RunOf":                 nil, // parses what RunInjectSubject and RunCancelSubject build
-	"SessionOpSubject":      func() (string, error) { return SessionOpSubject(SessionCreate) },
-	"HostSubject":           func() (string, error) { return HostSubject(ph("hostId"), ph("attemptId"), HostCallTool) },
-	"HostSubjects":          func() (string, error) { return HostSubjects(ph("hostId")) },
-	"WorkerControlSubject":  func() (string, error) { return WorkerControlSubject(ph("workerId")) },
-	"HarnessResetSubject":   func() (string, error) { return HarnessResetSubject(ph("harnessId")) },
-	"ConsumerName":          func() (string, error) { return ConsumerName(ph("harnessId")), nil },
-	"DelegateFromSubject":   nil, // parses what SubmitDelegateSubject builds
-	"SessionOpFromSubject":  nil, // parses what SessionOpSubject builds
-	"StateObjectTag":        nil, // parses what StateObjectName builds
-	"AttemptDigest":         nil, // a digest kept in Redis; it never travels on NATS
-	"StateObjectName":       func() (string, error) { return StateObjectName(ph("s"), "ph-epoch:ph-n"), nil },
+	"WorkerRunSubject": func() (string, error) {
+		return WorkerRunSubject(ph("workerId"), teamster.Scope(ph("gatewayId"), ph("attemptId")), "inject")
+	},
+	"InboxPrefix":          func() (string, error) { return InboxPrefix("gateway", ph("name")) },
+	"GatewayFromSubject":   nil, // parses what SubmitGatewaySubject builds
+	"RunOf":                nil, // parses what RunInjectSubject and RunCancelSubject build
+	"SessionOpSubject":     func() (string, error) { return SessionOpSubject(SessionCreate) },
+	"HostSubject":          func() (string, error) { return HostSubject(ph("hostId"), ph("attemptId"), HostCallTool) },
+	"HostSubjects":         func() (string, error) { return HostSubjects(ph("hostId")) },
+	"WorkerControlSubject": func() (string, error) { return WorkerControlSubject(ph("workerId")) },
+	"HarnessResetSubject":  func() (string, error) { return HarnessResetSubject(ph("harnessId")) },
+	"ConsumerName":         func() (string, error) { return ConsumerName(ph("harnessId")), nil },
+	"DelegateFromSubject":  nil, // parses what SubmitDelegateSubject builds
+	"SessionOpFromSubject": nil, // parses what SessionOpSubject builds
+	"StateObjectTag":       nil, // parses what StateObjectName builds
+	"AttemptDigest":        nil, // a digest kept in Redis; it never travels on NATS
+	"StateObjectName":      func() (string, error) { return StateObjectName(ph("s"), "ph-epoch:ph-n"), nil },
 }
 
 var (

@@ -2,6 +2,7 @@ package bus
 
 import (
 	"encoding/json"
+	"strings"
 
 	"github.com/teamster-fleet/teamster"
 	"github.com/teamster-fleet/teamster/selection"
@@ -160,6 +161,29 @@ func (r *SourceRevoke) Validate() error {
 	}
 	return CheckID("id", r.ID)
 }
+
+// SourceRevoked is the routers' broadcast of a revoke on
+// teamster.source.revoked, heard by every worker: the source id and the
+// tenant whose namespace it is in.
+type SourceRevoked struct {
+	V      int    `json:"v"`
+	Tenant string `json:"tenant,omitempty"`
+	ID     string `json:"id"`
+}
+
+// Validate checks a revoke broadcast.
+func (r *SourceRevoked) Validate() error {
+	if err := checkVersion(r.V); err != nil {
+		return err
+	}
+	if err := optionalID("tenant", r.Tenant); err != nil {
+		return err
+	}
+	return CheckID("id", r.ID)
+}
+
+// Scoped is the revoked source's id in its tenant's namespace.
+func (r *SourceRevoked) Scoped() string { return teamster.Scope(r.Tenant, r.ID) }
 
 // CancelRequest cancels a running attempt on teamster.run.<attemptId>.cancel.
 type CancelRequest struct {
@@ -427,7 +451,21 @@ func (c *WorkerControlReply) Validate() error {
 	if c.Running < 0 {
 		return invalid("field running is negative")
 	}
-	return checkIDs("attempts", c.Attempts)
+	for _, a := range c.Attempts {
+		// <attemptId>, or <gatewayId>/<attemptId> for a gateway's
+		// (teamster.ScopedDisplay).
+		t, id, scoped := strings.Cut(a, "/")
+		if !scoped {
+			t, id = "", t
+		}
+		if err := optionalID("attempts[] gateway", t); err != nil {
+			return err
+		}
+		if err := CheckID("attempts[]", id); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Worker states in the registry.

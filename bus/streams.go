@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/teamster-fleet/teamster"
 )
 
 // Stream and bucket settings of the contract.
@@ -64,8 +66,12 @@ func ResultsStreamConfig(o StreamOptions) jetstream.StreamConfig {
 		DiscardNewPerSubject: true,
 		MaxAge:               ResultsMaxAge,
 		Duplicates:           DuplicateWindow,
-		MaxMsgSize:           MaxBody * 2,
-		Replicas:             replicas(o),
+		// Results are read by direct get of their subject
+		// ($JS.API.DIRECT.GET.TEAMSTER_RESULTS.<subject>), which a
+		// gateway's permissions allow under its own prefix only.
+		AllowDirect: true,
+		MaxMsgSize:  MaxBody * 2,
+		Replicas:    replicas(o),
 	}
 }
 
@@ -211,23 +217,23 @@ func DelegateHeader(delegate string) nats.Header {
 }
 
 // PublishAttemptBody publishes an encoded attempt (body, see Encode) to
-// teamster.attempt.<harnessId> with Nats-Msg-Id set to attemptID, so a
+// teamster.attempt.<harnessId> with Nats-Msg-Id AttemptMsgID(scopedID), so a
 // resubmit within the duplicate window is stored once. headers may carry
 // extra headers (for example the delegate's identity) and may be nil. It
 // reports whether JetStream saw a duplicate.
-func PublishAttemptBody(ctx context.Context, js jetstream.JetStream, harnessID, attemptID string, body []byte, headers nats.Header) (duplicate bool, err error) {
+func PublishAttemptBody(ctx context.Context, js jetstream.JetStream, harnessID, scopedID string, body []byte, headers nats.Header) (duplicate bool, err error) {
 	subj, err := AttemptSubject(harnessID)
 	if err != nil {
 		return false, err
 	}
-	if err := CheckID("attemptId", attemptID); err != nil {
-		return false, err
+	if _, id := teamster.Unscope(scopedID); !ValidID(id) {
+		return false, CheckID("attemptId", id)
 	}
 	msg := &nats.Msg{Subject: subj, Data: body, Header: nats.Header{}}
 	for k, v := range headers {
 		msg.Header[k] = v
 	}
-	msg.Header.Set(HeaderMsgID, attemptID)
+	msg.Header.Set(HeaderMsgID, AttemptMsgID(scopedID))
 	ack, err := js.PublishMsg(ctx, msg, jetstream.WithExpectStream(StreamAttempts))
 	if err != nil {
 		return false, err
@@ -239,8 +245,8 @@ func PublishAttemptBody(ctx context.Context, js jetstream.JetStream, harnessID, 
 // stream keeps the first one and refuses every other.
 var ErrResultExists = errors.New("attempt already has a different durable result")
 
-// PublishResult stores r durably on teamster.result.<attemptId>; see
-// PublishResultBody.
+// PublishResult stores r, a result of the unnamed tenant's attempt,
+// durably; see PublishResultBody.
 func PublishResult(ctx context.Context, js jetstream.JetStream, r *Result) error {
 	body, err := Encode(r)
 	if err != nil {
@@ -249,20 +255,20 @@ func PublishResult(ctx context.Context, js jetstream.JetStream, r *Result) error
 	return PublishResultBody(ctx, js, r.AttemptID, body)
 }
 
-// PublishResultBody stores an encoded result durably on
-// teamster.result.<attemptId>. It returns nil when body is the attempt's
+// PublishResultBody stores an encoded result durably on the attempt's
+// ResultSubject (scopedID is teamster.Scope(tenant, attemptId)). It returns nil when body is the attempt's
 // durable result: stored by this call, or stored before with the same bytes (a
 // retry after a lost acknowledgement, or the reaper republishing an outcome
 // whose writer died before marking it published). It returns ErrResultExists
 // when another result was stored first: the caller must then not send its own
 // result to the submitter, because the first one is the result.
-func PublishResultBody(ctx context.Context, js jetstream.JetStream, attemptID string, body []byte) error {
-	subj, err := ResultSubject(attemptID)
+func PublishResultBody(ctx context.Context, js jetstream.JetStream, scopedID string, body []byte) error {
+	subj, err := ResultSubject(scopedID)
 	if err != nil {
 		return err
 	}
 	msg := &nats.Msg{Subject: subj, Data: body, Header: nats.Header{}}
-	msg.Header.Set(HeaderMsgID, ResultMsgID(attemptID))
+	msg.Header.Set(HeaderMsgID, ResultMsgID(scopedID))
 	ack, err := js.PublishMsg(ctx, msg, jetstream.WithExpectStream(StreamResults))
 	switch {
 	case err == nil && !ack.Duplicate:
@@ -272,9 +278,9 @@ func PublishResultBody(ctx context.Context, js jetstream.JetStream, attemptID st
 	}
 	stored, err := getResultMsg(ctx, js, subj)
 	if err != nil {
-		return fmt.Errorf("read back the stored result of %s: %w", attemptID, err)
+		return fmt.Errorf("read back the stored result of %s: %w", teamster.ScopedDisplay(scopedID), err)
 	}
-	if bytes.Equal(stored.Data, body) {
+	if bytes.Equal(stored, body) {
 		return nil
 	}
 	return ErrResultExists
@@ -300,16 +306,17 @@ func isPerSubjectLimit(err error) bool {
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeStreamStoreFailed
 }
 
-// GetResult reads an attempt's durable result. It returns
-// jetstream.ErrMsgNotFound when there is none (yet, or any more).
-func GetResult(ctx context.Context, js jetstream.JetStream, attemptID string) (*Result, error) {
-	b, err := GetResultBody(ctx, js, attemptID)
+// GetResult reads an attempt's durable result (scopedID is
+// teamster.Scope(tenant, attemptId)). It returns jetstream.ErrMsgNotFound
+// when there is none (yet, or any more).
+func GetResult(ctx context.Context, js jetstream.JetStream, scopedID string) (*Result, error) {
+	b, err := GetResultBody(ctx, js, scopedID)
 	if err != nil {
 		return nil, err
 	}
 	var r Result
 	if err := Decode(b, &r); err != nil {
-		return nil, fmt.Errorf("result of %s: %w", attemptID, err)
+		return nil, fmt.Errorf("result of %s: %w", teamster.ScopedDisplay(scopedID), err)
 	}
 	return &r, nil
 }
@@ -317,22 +324,31 @@ func GetResult(ctx context.Context, js jetstream.JetStream, attemptID string) (*
 // GetResultBody reads an attempt's durable result as stored (the bytes a
 // result event carries). It returns jetstream.ErrMsgNotFound when there is
 // none (yet, or any more).
-func GetResultBody(ctx context.Context, js jetstream.JetStream, attemptID string) ([]byte, error) {
-	subj, err := ResultSubject(attemptID)
+func GetResultBody(ctx context.Context, js jetstream.JetStream, scopedID string) ([]byte, error) {
+	subj, err := ResultSubject(scopedID)
 	if err != nil {
 		return nil, err
 	}
-	m, err := getResultMsg(ctx, js, subj)
-	if err != nil {
-		return nil, err
-	}
-	return m.Data, nil
+	return getResultMsg(ctx, js, subj)
 }
 
-func getResultMsg(ctx context.Context, js jetstream.JetStream, subj string) (*jetstream.RawStreamMsg, error) {
-	s, err := js.Stream(ctx, StreamResults)
+// getResultMsg reads the one message of a results subject by a direct get
+// that names the subject in the request's own subject, the one read a
+// gateway's permissions allow (its own prefix only; the server refuses a
+// body asking for a sequence or another subject on that form).
+func getResultMsg(ctx context.Context, js jetstream.JetStream, subj string) ([]byte, error) {
+	m, err := js.Conn().RequestWithContext(ctx, "$JS.API.DIRECT.GET."+StreamResults+"."+subj, nil)
 	if err != nil {
 		return nil, err
 	}
-	return s.GetLastMsgForSubject(ctx, subj)
+	if len(m.Data) == 0 && m.Header != nil {
+		switch m.Header.Get("Status") {
+		case "404":
+			return nil, jetstream.ErrMsgNotFound
+		case "":
+		default:
+			return nil, fmt.Errorf("direct get of %s: status %s %s", subj, m.Header.Get("Status"), m.Header.Get("Description"))
+		}
+	}
+	return m.Data, nil
 }

@@ -67,8 +67,18 @@ const (
 	// flight are dropped at once rather than at their next Redis check.
 	SubjectSourceRevoked = "teamster.source.revoked"
 	SubjectSessionOps    = "teamster.session.*"
-	SubjectAttempts      = "teamster.attempt.>"
-	SubjectResults       = "teamster.result.>"
+	// SubjectGetResult and SubjectGetHarnesses are a gateway's reads,
+	// answered by the routers (ResultRequest, HarnessesRequest): a gateway
+	// reads its results and the harnesses the fleet hosts through them,
+	// never from JetStream. NATS checks no permission on the reply subject
+	// of a request, and JetStream stores whatever its API answers on a
+	// subject a stream captures: a gateway with any JetStream API call could
+	// make the server write into another tenant's result subject or the
+	// registry. Routers answer only inside the sender's inbox.
+	SubjectGetResult    = "teamster.get.result"
+	SubjectGetHarnesses = "teamster.get.harnesses"
+	SubjectAttempts     = "teamster.attempt.>"
+	SubjectResults      = "teamster.result.>"
 
 	StreamAttempts = "TEAMSTER_ATTEMPTS"
 	StreamResults  = "TEAMSTER_RESULTS"
@@ -130,16 +140,82 @@ func AttemptSubject(harnessID string) (string, error) {
 	return prefixAttempt + harnessID, nil
 }
 
-// ResultSubject is teamster.result.<attemptId>.
-func ResultSubject(attemptID string) (string, error) {
-	if err := CheckID("attemptId", attemptID); err != nil {
+// ResultSubject is where the durable result of an attempt is kept, named by
+// its scoped id (teamster.Scope(tenant, attemptId)):
+// teamster.result.<attemptId> for the unnamed tenant,
+// teamster.result.<gatewayId>.<attemptId> for a gateway's. A gateway's
+// permissions let it read only its own prefix.
+func ResultSubject(scopedID string) (string, error) {
+	tenant, id := teamster.Unscope(scopedID)
+	if err := CheckID("attemptId", id); err != nil {
 		return "", err
 	}
-	return prefixResult + attemptID, nil
+	if tenant == "" {
+		return prefixResult + id, nil
+	}
+	if err := CheckID("gatewayId", tenant); err != nil {
+		return "", err
+	}
+	return prefixResult + tenant + "." + id, nil
 }
 
-// ResultMsgID is the de-duplication id of an attempt's durable result.
-func ResultMsgID(attemptID string) string { return "result-" + attemptID }
+// ResultMsgID is the de-duplication id of an attempt's durable result:
+// result-<attemptId>, or result-<gatewayId>.<attemptId>.
+func ResultMsgID(scopedID string) string { return "result-" + msgIDOf(scopedID) }
+
+// AttemptMsgID is the de-duplication id of an attempt's message on
+// teamster.attempt.<harnessId>: <attemptId>, or <gatewayId>.<attemptId>, so
+// that two tenants' attempts under one id are two messages.
+func AttemptMsgID(scopedID string) string { return msgIDOf(scopedID) }
+
+func msgIDOf(scopedID string) string {
+	tenant, id := teamster.Unscope(scopedID)
+	if tenant == "" {
+		return id
+	}
+	return tenant + "." + id
+}
+
+// Identities in subjects. Every request a gateway makes has two forms: the
+// plain subject (the unnamed tenant's, for fleets without per-principal
+// permissions) and the identified one, <subject>.gateway.<gatewayId>, which
+// the shipped NATS permissions let only that gateway publish. The router
+// serves both, each on its own subscription, and takes the tenant from the
+// identified form's last token, never from a body.
+const tokenGateway = "gateway"
+
+// Identified is subject in gateway's identified form; subject itself for
+// the unnamed tenant (gateway "").
+func Identified(subject, gateway string) (string, error) {
+	if gateway == "" {
+		return subject, nil
+	}
+	if err := CheckID("gatewayId", gateway); err != nil {
+		return "", err
+	}
+	return subject + "." + tokenGateway + "." + gateway, nil
+}
+
+// IdentifiedPattern is the subscription of pattern's identified forms.
+func IdentifiedPattern(pattern string) string { return pattern + "." + tokenGateway + ".*" }
+
+// SplitIdentified returns the plain subject and the gateway of an
+// identified subject (one that arrived on an IdentifiedPattern
+// subscription), or an invalid_request error.
+func SplitIdentified(subject string) (plain, gateway string, err error) {
+	i := strings.LastIndexByte(subject, '.')
+	j := -1
+	if i > 0 {
+		j = strings.LastIndexByte(subject[:i], '.')
+	}
+	if j <= 0 || subject[j+1:i] != tokenGateway {
+		return "", "", teamster.Errorf(teamster.CodeInvalidRequest, "subject %q does not end in .gateway.<gatewayId>", truncate(subject, 80))
+	}
+	if err := CheckID("gatewayId", subject[i+1:]); err != nil {
+		return "", "", err
+	}
+	return subject[:j], subject[i+1:], nil
+}
 
 // SubmitDelegateSubject is teamster.submit.delegate.<pluginId>.
 func SubmitDelegateSubject(pluginID string) (string, error) {
@@ -199,20 +275,23 @@ func RunOf(subject string) (attemptID, request string, err error) {
 	return id, req, nil
 }
 
-// WorkerRunSubject is teamster.worker.<workerId>.run.<attemptId>.<request>,
-// request "inject" or "cancel": where the router relays a run's requests to
-// the worker running it. Only that worker may subscribe to its subjects.
-func WorkerRunSubject(workerID, attemptID, request string) (string, error) {
+// WorkerRunSubject is teamster.worker.<workerId>.run.<attemptId>.<request>
+// (request inject, cancel or read), in the identified form for a gateway's
+// attempt (scopedID is teamster.Scope(tenant, attemptId)): where the router
+// relays a run's requests to the worker running it. Only that worker may
+// subscribe to its subjects; two tenants' attempts under one id have two.
+func WorkerRunSubject(workerID, scopedID, request string) (string, error) {
 	if err := CheckID("workerId", workerID); err != nil {
 		return "", err
 	}
+	tenant, attemptID := teamster.Unscope(scopedID)
 	if err := CheckID("attemptId", attemptID); err != nil {
 		return "", err
 	}
 	if !runRequest(request) {
 		return "", teamster.Errorf(teamster.CodeInvalidRequest, "run request %q is not inject, cancel or read", truncate(request, 40))
 	}
-	return prefixWorker + workerID + ".run." + attemptID + "." + request, nil
+	return Identified(prefixWorker+workerID+".run."+attemptID+"."+request, tenant)
 }
 
 // runRequest reports whether req is a run request: inject, cancel or read.
@@ -232,6 +311,27 @@ func InboxPrefix(role, name string) (string, error) {
 		return "", err
 	}
 	return "_INBOX." + role + "." + name, nil
+}
+
+// DelegateInboxPrefix is the inbox prefix of delegate pluginID bound to
+// gateway gatewayID, _INBOX.delegate.<gatewayId>.<pluginId>: a delegate acts
+// for one gateway (its attempts are that tenant's), and two gateways'
+// delegates of one plugin read only their own replies.
+func DelegateInboxPrefix(gatewayID, pluginID string) string {
+	return "_INBOX.delegate." + gatewayID + "." + pluginID
+}
+
+// ReplyToAllowed reports whether events of tenant's attempt may be sent to
+// replyTo: a subject under _INBOX. and, for a gateway's attempt, under that
+// gateway's inbox or one of its delegates' (_INBOX.gateway.<id>.,
+// _INBOX.delegate.<id>.). Routers refuse any other replyTo at submit, and
+// workers send nothing anywhere else, so that no submitter can make the fleet
+// publish on another's inbox or on a fleet subject.
+func ReplyToAllowed(tenant, replyTo string) bool {
+	if tenant == "" {
+		return strings.HasPrefix(replyTo, "_INBOX.")
+	}
+	return strings.HasPrefix(replyTo, "_INBOX.gateway."+tenant+".") || strings.HasPrefix(replyTo, "_INBOX.delegate."+tenant+".")
 }
 
 // SessionOpSubject is teamster.session.<op>.

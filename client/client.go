@@ -1,18 +1,22 @@
 package client
 
 import (
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/teamster-fleet/teamster/bus"
 )
 
 // Client talks to a teamster fleet over one NATS connection, which the caller
 // owns: Close stops the client, never the connection.
 type Client struct {
 	nc *nats.Conn
-	js jetstream.JetStream
+	// gateway is the client's tenant (WithGateway); "" for the unnamed one.
+	gateway string
 
 	// Events of attempts whose reply subject the client chose arrive on one
 	// wildcard subscription, <inbox>.*, and are routed to their handle by
@@ -33,14 +37,43 @@ type Client struct {
 	done chan struct{}
 }
 
+// Option configures a client.
+type Option func(*Client)
+
+// WithGateway makes the client speak for gateway gatewayID (a tenant):
+// every request goes on its identified subject,
+// <subject>.gateway.<gatewayId>, which the shipped NATS permissions let only
+// that gateway publish, so its sessions, attempts, sources and results are
+// its own namespace. Submit then submits on
+// teamster.submit.gateway.<gatewayId> with hostId defaulting to gatewayID,
+// SubmitAsDelegate on the delegate's subject bound to the gateway, and
+// Result reads the gateway's own results. The connection's inbox prefix
+// (nats.CustomInboxPrefix) must be the gateway's own, _INBOX.gateway.<id>
+// (bus.InboxPrefix), or for a delegate bound to it
+// _INBOX.delegate.<id>.<pluginId> (bus.DelegateInboxPrefix): routers answer
+// nothing and workers send no event outside it.
+func WithGateway(gatewayID string) Option { return func(c *Client) { c.gateway = gatewayID } }
+
 // New returns a client on nc.
-func New(nc *nats.Conn) (*Client, error) {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
+func New(nc *nats.Conn, opts ...Option) (*Client, error) {
+	c := &Client{nc: nc, inbox: nc.NewInbox(), handles: map[string]*Handle{}, done: make(chan struct{})}
+	for _, o := range opts {
+		o(c)
 	}
-	return &Client{nc: nc, js: js, inbox: nc.NewInbox(), handles: map[string]*Handle{}, done: make(chan struct{})}, nil
+	if c.gateway != "" {
+		if err := bus.CheckID("gatewayId", c.gateway); err != nil {
+			return nil, err
+		}
+		if !bus.ReplyToAllowed(c.gateway, c.inbox) {
+			return nil, fmt.Errorf("client: gateway %s: the connection's inbox prefix (%s) is not the gateway's own (%s) nor one of its delegates' (set nats.CustomInboxPrefix): the fleet answers nothing outside it",
+				c.gateway, c.inbox[:strings.LastIndexByte(c.inbox, '.')], "_INBOX.gateway."+c.gateway)
+		}
+	}
+	return c, nil
 }
+
+// Gateway is the tenant the client speaks for ("" for the unnamed one).
+func (c *Client) Gateway() string { return c.gateway }
 
 // Conn is the client's NATS connection.
 func (c *Client) Conn() *nats.Conn { return c.nc }

@@ -112,7 +112,7 @@ func TestHandleStopsFollowingAtItsResult(t *testing.T) {
 
 	subs := nc.NumSubscriptions() // the events subscription
 	a := fleettest.Attempt("result:own", "hello")
-	a.ReplyTo = "test.own-reply." + t.Name()
+	a.ReplyTo = "_INBOX.own-reply." + t.Name()
 	h2 := submit(t, c, a)
 	if got := nc.NumSubscriptions(); got != subs+1 {
 		t.Fatalf("%d subscriptions with an attempt on its own reply subject, want %d", got, subs+1)
@@ -203,7 +203,7 @@ func TestAHandleIsForgottenOnceItsAttemptCanSendNothingMore(t *testing.T) {
 	long := fleettest.Script(`{"sleep":60000}`)
 	mux := submitAndDrop(t, c, fleettest.Attempt("drop:mux", long))
 	a := fleettest.Attempt("drop:own", long)
-	a.ReplyTo = "test.own-reply." + t.Name()
+	a.ReplyTo = "_INBOX.own-reply." + t.Name()
 	own := submitAndDrop(t, c, a)
 	cancelAtEnd(t, f, mux, own)
 	if n := client.Followed(c); n != 2 {
@@ -239,7 +239,7 @@ func TestCloseStopsTheClient(t *testing.T) {
 	long := fleettest.Script(`{"sleep":60000}`)
 	h := submit(t, c, fleettest.Attempt("close:mux", long))
 	a := fleettest.Attempt("close:own", long)
-	a.ReplyTo = "test.own-reply." + t.Name()
+	a.ReplyTo = "_INBOX.own-reply." + t.Name()
 	h2 := submit(t, c, a)
 	cancelAtEnd(t, f, h.AttemptID(), h2.AttemptID())
 	waitEvent(t, h, bus.EventClaimed) // running: Cancel reaches them

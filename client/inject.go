@@ -50,6 +50,9 @@ func (c *Client) Cancel(ctx context.Context, attemptID, reason string) error {
 	if err != nil {
 		return err
 	}
+	if subj, err = bus.Identified(subj, c.gateway); err != nil {
+		return err
+	}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
 	msg, err := c.nc.RequestWithContext(ctx, subj, body)

@@ -34,6 +34,9 @@ func (c *Client) request(ctx context.Context, subject string, header nats.Header
 	if err != nil {
 		return err
 	}
+	if subject, err = bus.Identified(subject, c.gateway); err != nil {
+		return err
+	}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
 	msg, err := c.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: subject, Header: header, Data: body})

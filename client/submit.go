@@ -30,7 +30,13 @@ import (
 // error: the handle carries the reply, follows nothing (the gateway runs the
 // turn itself) and needs no Close. After Close, Submit fails with
 // ErrClientClosed.
+//
+// A client made WithGateway submits on the gateway's own subject, as
+// SubmitAsGateway does.
 func (c *Client) Submit(ctx context.Context, a *bus.Attempt) (*Handle, error) {
+	if c.gateway != "" {
+		return c.SubmitAsGateway(ctx, c.gateway, a)
+	}
 	return c.submit(ctx, bus.SubjectSubmit, a)
 }
 
@@ -64,6 +70,9 @@ func (c *Client) SubmitAsGateway(ctx context.Context, gatewayID string, a *bus.A
 func (c *Client) SubmitAsDelegate(ctx context.Context, pluginID string, a *bus.Attempt) (*Handle, error) {
 	subj, err := bus.SubmitDelegateSubject(pluginID)
 	if err != nil {
+		return nil, err
+	}
+	if subj, err = bus.Identified(subj, c.gateway); err != nil {
 		return nil, err
 	}
 	return c.submit(ctx, subj, a)

@@ -502,9 +502,9 @@ var grantScript = redis.NewScript(`
 local r = redis.call('HMGET', KEYS[1], 'generation', 'revoked')
 local g = tonumber(ARGV[1])
 local revoked = tonumber(r[2] or '0')
-if g <= revoked then return {'stale', tostring(revoked + 1)} end
+if g <= revoked then return {'stale', string.format('%.0f', revoked + 1)} end
 local cur = tonumber(r[1] or '0')
-if g < cur then return {'stale', tostring(cur)} end
+if g < cur then return {'stale', string.format('%.0f', cur)} end
 redis.call('HSET', KEYS[1], 'generation', ARGV[1])
 return {'ok', ARGV[1]}
 `)

@@ -8,11 +8,13 @@ import (
 	"github.com/teamster-fleet/teamster"
 )
 
-// GrantSource grants source id the given generation. A generation at or below
-// a revoked one, or below the current one, is refused with invalid_request.
+// GrantSource grants source id (scoped: teamster.Scope) the given
+// generation. A generation at or below a revoked one, or below the current
+// one, is refused with invalid_request.
 func (s *Store) GrantSource(ctx context.Context, id string, generation int64) error {
+	_, name := teamster.Unscope(id)
 	if generation < 1 || generation > maxGeneration {
-		return teamster.Errorf(teamster.CodeInvalidRequest, "source %s: generation %d is outside 1..2^53-1", id, generation)
+		return teamster.Errorf(teamster.CodeInvalidRequest, "source %s: generation %d is outside 1..2^53-1", name, generation)
 	}
 	res, err := grantScript.Run(ctx, s.rdb, []string{sourceKey(id)}, generation).StringSlice()
 	if err != nil {
@@ -21,11 +23,14 @@ func (s *Store) GrantSource(ctx context.Context, id string, generation int64) er
 	if len(res) == 2 && res[0] == "ok" {
 		return nil
 	}
-	min := ""
+	var min int64
 	if len(res) == 2 {
-		min = res[1]
+		min, _ = strconv.ParseInt(res[1], 10, 64)
 	}
-	return teamster.Errorf(teamster.CodeInvalidRequest, "source %s: generation %d is stale; a new grant needs at least %s", id, generation, min)
+	if min > maxGeneration {
+		return teamster.Errorf(teamster.CodeInvalidRequest, "source %s: every generation up to %d is revoked; the source can never be granted again", name, int64(maxGeneration))
+	}
+	return teamster.Errorf(teamster.CodeInvalidRequest, "source %s: generation %d is stale; a new grant needs at least %d", name, generation, min)
 }
 
 // RevokeSource revokes source id, permanently for every generation up to the

@@ -18,7 +18,11 @@ import (
 // teamster.worker.<workerId>.run.<attemptId>.inject, where only the worker
 // running that attempt listens. Whichever worker runs the session's current
 // turn, the inject reaches it, and no other worker hears it.
-func (r *Router) onInject(m *nats.Msg) {
+//
+// The session key or attempt id is the caller's (its tenant's namespace): a
+// session or attempt of another tenant is, to the caller, one that does not
+// exist, and its answer says no more than that.
+func (r *Router) onInject(m *nats.Msg, c caller) {
 	var req bus.InjectRequest
 	if err := bus.Decode(m.Data, &req); err != nil {
 		r.replyInject(m, &bus.InjectReply{V: bus.Version, Status: bus.StatusRejected, Error: teamster.AsError(err)})
@@ -31,12 +35,16 @@ func (r *Router) onInject(m *nats.Msg) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), answerTimeout)
 	defer cancel()
-	var worker string
+	var worker, scopedID string
 	var err error
 	if req.AttemptID == "" {
-		req.AttemptID, worker, err = r.runningTurn(ctx, req.SessionKey)
+		scopedID, worker, err = r.runningTurn(ctx, c.scope(req.SessionKey))
+		_, req.AttemptID = teamster.Unscope(scopedID)
 	} else {
-		worker, err = r.runningWorker(ctx, req.AttemptID)
+		if err = bus.CheckID("attemptId", req.AttemptID); err == nil {
+			scopedID = c.scope(req.AttemptID)
+			worker, err = r.runningWorker(ctx, scopedID)
+		}
 	}
 	if err != nil {
 		r.replyInject(m, &bus.InjectReply{V: bus.Version, Status: bus.StatusRejected, AttemptID: req.AttemptID, Error: teamster.AsError(err)})
@@ -51,7 +59,7 @@ func (r *Router) onInject(m *nats.Msg) {
 			Error: teamster.Errorf(teamster.CodeInternal, "the fleet could not forward the inject")})
 		return
 	}
-	rep, err := r.relay(ctx, worker, req.AttemptID, "inject", body)
+	rep, err := r.relay(ctx, worker, scopedID, "inject", body)
 	if err != nil {
 		r.replyInject(m, &bus.InjectReply{V: bus.Version, Status: bus.StatusRejected, AttemptID: req.AttemptID, Error: teamster.AsError(err)})
 		return
@@ -67,7 +75,7 @@ func (r *Router) onInject(m *nats.Msg) {
 // the request, body unchanged, to the worker running the attempt (its
 // record names it) and the worker's answer back. An inject relayed here is
 // checked by the worker exactly as one through teamster.inject.
-func (r *Router) onRunRequest(m *nats.Msg) {
+func (r *Router) onRunRequest(m *nats.Msg, c caller) {
 	id, request, err := bus.RunOf(m.Subject)
 	if err != nil {
 		r.reply(m, bus.Rejected(err))
@@ -75,10 +83,10 @@ func (r *Router) onRunRequest(m *nats.Msg) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), answerTimeout)
 	defer cancel()
-	worker, err := r.runningWorker(ctx, id)
+	worker, err := r.runningWorker(ctx, c.scope(id))
 	if err == nil {
 		var rep []byte
-		if rep, err = r.relay(ctx, worker, id, request, m.Data); err == nil {
+		if rep, err = r.relay(ctx, worker, c.scope(id), request, m.Data); err == nil {
 			r.respond(m, rep)
 			return
 		}
@@ -90,9 +98,10 @@ func (r *Router) onRunRequest(m *nats.Msg) {
 	r.reply(m, bus.Rejected(err))
 }
 
-// runningTurn returns the attempt and the worker of the session's running
-// turn, from its lease; no_active_run when it has none.
-func (r *Router) runningTurn(ctx context.Context, sessionKey string) (attemptID, worker string, err error) {
+// runningTurn returns the attempt (its scoped id) and the worker of the
+// session's running turn, from its lease; no_active_run when it has none.
+// sessionKey is scoped (teamster.Scope).
+func (r *Router) runningTurn(ctx context.Context, sessionKey string) (scopedID, worker string, err error) {
 	l, err := r.store.LeaseOf(ctx, sessionKey)
 	switch {
 	case errors.Is(err, leases.ErrNotFound):
@@ -104,18 +113,20 @@ func (r *Router) runningTurn(ctx context.Context, sessionKey string) (attemptID,
 	return l.AttemptID, l.Holder, nil
 }
 
-// runningWorker returns the worker running attemptID, from its record;
-// no_active_run when it is not running (queued, finished, unknown).
-func (r *Router) runningWorker(ctx context.Context, attemptID string) (string, error) {
+// runningWorker returns the worker running an attempt (its scoped id), from
+// its record; no_active_run when it is not running (queued, finished,
+// unknown, another tenant's: all the same to the caller).
+func (r *Router) runningWorker(ctx context.Context, scopedID string) (string, error) {
+	_, attemptID := teamster.Unscope(scopedID)
 	if err := bus.CheckID("attemptId", attemptID); err != nil {
 		return "", err
 	}
-	v, err := r.store.AttemptByID(ctx, attemptID)
+	v, err := r.store.AttemptByID(ctx, scopedID)
 	switch {
 	case errors.Is(err, leases.ErrNotFound):
 		return "", teamster.Errorf(teamster.CodeNoActiveRun, "attempt %s is not running", attemptID)
 	case err != nil:
-		r.log.WithField("attempt", attemptID).Warn("run request: read the attempt: " + err.Error())
+		r.log.WithField("attempt", teamster.ScopedDisplay(scopedID)).Warn("run request: read the attempt: " + err.Error())
 		return "", teamster.Errorf(teamster.CodeInternal, "the fleet could not find the running turn")
 	case !v.Running() || v.WorkerID == "":
 		return "", teamster.Errorf(teamster.CodeNoActiveRun, "attempt %s is not running", attemptID)
@@ -123,11 +134,12 @@ func (r *Router) runningWorker(ctx context.Context, attemptID string) (string, e
 	return v.WorkerID, nil
 }
 
-// relay sends a run request to teamster.worker.<worker>.run.<attemptId>.<request>
-// and returns the worker's answer; no_active_run when that worker no longer
-// serves the attempt.
-func (r *Router) relay(ctx context.Context, worker, attemptID, request string, body []byte) ([]byte, error) {
-	subj, err := bus.WorkerRunSubject(worker, attemptID, request)
+// relay sends a run request to the worker's run subject
+// (bus.WorkerRunSubject) and returns the worker's answer; no_active_run when
+// that worker no longer serves the attempt.
+func (r *Router) relay(ctx context.Context, worker, scopedID, request string, body []byte) ([]byte, error) {
+	_, attemptID := teamster.Unscope(scopedID)
+	subj, err := bus.WorkerRunSubject(worker, scopedID, request)
 	if err != nil {
 		return nil, err
 	}
@@ -161,8 +173,10 @@ func (r *Router) countInject(rep *bus.InjectReply) {
 	r.m.Injected.WithLabelValues(rep.Status).Inc()
 }
 
-// onSourceGrant serves teamster.source.grant.
-func (r *Router) onSourceGrant(m *nats.Msg) {
+// onSourceGrant serves teamster.source.grant: the source id is the
+// caller's (its tenant's namespace), so no tenant can grant, burn or learn
+// another's sources.
+func (r *Router) onSourceGrant(m *nats.Msg, c caller) {
 	var g bus.SourceGrant
 	if err := bus.Decode(m.Data, &g); err != nil {
 		r.reply(m, bus.Rejected(err))
@@ -170,7 +184,7 @@ func (r *Router) onSourceGrant(m *nats.Msg) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), answerTimeout)
 	defer cancel()
-	if err := r.store.GrantSource(ctx, g.ID, g.Generation); err != nil {
+	if err := r.store.GrantSource(ctx, c.scope(g.ID), g.Generation); err != nil {
 		r.reply(m, bus.Rejected(err))
 		return
 	}
@@ -181,7 +195,7 @@ func (r *Router) onSourceGrant(m *nats.Msg) {
 // Redis (permanent for every generation up to the current one), then
 // broadcast on teamster.source.revoked so that every worker drops the
 // source's items in flight at once.
-func (r *Router) onSourceRevoke(m *nats.Msg) {
+func (r *Router) onSourceRevoke(m *nats.Msg, c caller) {
 	var rv bus.SourceRevoke
 	if err := bus.Decode(m.Data, &rv); err != nil {
 		r.reply(m, bus.Rejected(err))
@@ -189,16 +203,16 @@ func (r *Router) onSourceRevoke(m *nats.Msg) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), answerTimeout)
 	defer cancel()
-	gen, err := r.store.RevokeSource(ctx, rv.ID)
+	gen, err := r.store.RevokeSource(ctx, c.scope(rv.ID))
 	if err != nil {
 		r.log.Warn("revoke: " + err.Error())
 		r.reply(m, bus.Rejected(teamster.Errorf(teamster.CodeInternal, "the revoke could not be recorded")))
 		return
 	}
-	body, _ := bus.Encode(&rv)
+	body, _ := bus.Encode(&bus.SourceRevoked{V: bus.Version, Tenant: c.tenant, ID: rv.ID})
 	if err := r.nc.Publish(bus.SubjectSourceRevoked, body); err != nil {
 		r.log.Warn("revoke broadcast not sent (workers still refuse on their next check): " + err.Error())
 	}
-	r.log.WithFields(logrus.Fields{"source": rv.ID, "generation": gen}).Info("source revoked")
+	r.log.WithFields(c.fields(logrus.Fields{"source": rv.ID, "generation": gen})).Info("source revoked")
 	r.reply(m, bus.OK())
 }

@@ -104,7 +104,7 @@ func (rp *reaper) sweep() bool {
 }
 
 func (rp *reaper) reap(ctx context.Context, e leases.DueEntry) {
-	log := rp.log.WithFields(logrus.Fields{"attempt": e.AttemptID, "session": e.Tag})
+	log := rp.log.WithFields(logrus.Fields{"attempt": teamster.ScopedDisplay(e.AttemptID), "session": e.Tag})
 	// The reaper's marker token for this attempt: the mark it makes when it
 	// publishes, or the mark it takes over from a marker that never
 	// confirmed sending.
@@ -132,7 +132,7 @@ func (rp *reaper) publish(ctx context.Context, log logrus.FieldLogger, e leases.
 	var err error
 	body := res.Result
 	if len(body) == 0 {
-		if body, err = fleetResult(e.AttemptID, res); err != nil {
+		if body, err = fleetResult(unscoped(e.AttemptID), res); err != nil {
 			log.Error("reaper: " + err.Error())
 			return
 		}
@@ -206,7 +206,7 @@ func (rp *reaper) send(ctx context.Context, log logrus.FieldLogger, e leases.Due
 		log.Warn("reaper: too late to send the result event under its mark; another reaper sends it")
 		return
 	}
-	ev := &bus.Event{V: bus.Version, AttemptID: e.AttemptID, Seq: res.SeqMax + 1, Type: bus.EventResult, Data: body}
+	ev := &bus.Event{V: bus.Version, AttemptID: unscoped(e.AttemptID), Seq: res.SeqMax + 1, Type: bus.EventResult, Data: body}
 	if err := bus.SendEvent(rp.nc, res.ReplyTo, ev); err != nil {
 		// Not sent (the connection is down): leave the mark unconfirmed, so
 		// that a reaper sends it after the window.
@@ -275,4 +275,12 @@ func fleetResult(attemptID string, res leases.Reaped) ([]byte, error) {
 	r := bus.NewErrorResult(attemptID, e)
 	r.HarnessID, r.WorkerID, r.Fence = res.HarnessID, res.WorkerID, res.Fence
 	return bus.Encode(r)
+}
+
+// unscoped is an attempt's id as its tenant knows it: the index, the
+// records and the lease hold it scoped (teamster.Scope), its results and
+// events carry it plain.
+func unscoped(scopedID string) string {
+	_, id := teamster.Unscope(scopedID)
+	return id
 }

@@ -172,19 +172,30 @@ func (r *Router) Start(ctx context.Context) error {
 		return fmt.Errorf("router: registry: %w", err)
 	}
 	r.consumers.start()
-	for subject, h := range map[string]func(*nats.Msg){
-		bus.SubjectSubmit:          r.onSubmit,
-		bus.SubjectSubmitDelegates: r.onSubmitDelegate,
-		bus.SubjectSubmitGateways:  r.onSubmitGateway,
-		bus.SubjectRunInjects:      r.onRunRequest,
-		bus.SubjectRunCancels:      r.onRunRequest,
-		bus.SubjectRunReads:        r.onRunRequest,
-		bus.SubjectSessionOps:      r.onSessionOp,
-		bus.SubjectInject:          r.onInject,
-		bus.SubjectSourceGrant:     r.onSourceGrant,
-		bus.SubjectSourceRevoke:    r.onSourceRevoke,
+	// Every subject a gateway sends on is served in its plain form (the
+	// unnamed tenant's) and its identified form (a gateway's own, which the
+	// shipped permissions let only that gateway publish).
+	for _, s := range []struct {
+		subject   string
+		delegates bool
+		h         func(*nats.Msg, caller)
+	}{
+		{bus.SubjectSubmit, false, r.submit},
+		{bus.SubjectSubmitDelegates, true, r.submit},
+		{bus.SubjectRunInjects, false, r.onRunRequest},
+		{bus.SubjectRunCancels, false, r.onRunRequest},
+		{bus.SubjectRunReads, false, r.onRunRequest},
+		{bus.SubjectSessionOps, false, r.onSessionOp},
+		{bus.SubjectInject, false, r.onInject},
+		{bus.SubjectSourceGrant, false, r.onSourceGrant},
+		{bus.SubjectSourceRevoke, false, r.onSourceRevoke},
+		{bus.SubjectGetResult, false, r.onGetResult},
+		{bus.SubjectGetHarnesses, false, r.onGetHarnesses},
 	} {
-		if err := r.serve(subject, h); err != nil {
+		if err := r.serve(s.subject, plain, s.delegates, s.h); err != nil {
+			return err
+		}
+		if err := r.serve(bus.IdentifiedPattern(s.subject), identified, s.delegates, s.h); err != nil {
 			return err
 		}
 	}
@@ -198,14 +209,17 @@ func (r *Router) Start(ctx context.Context) error {
 }
 
 // serve subscribes subject in queue group routers; each request is handled
-// in its own goroutine, at most Concurrency at once.
-func (r *Router) serve(subject string, h func(*nats.Msg)) error {
+// in its own goroutine, at most Concurrency at once, once admit has named
+// its caller and checked its reply subject.
+func (r *Router) serve(subject string, k kind, delegates bool, h func(*nats.Msg, caller)) error {
 	sub, err := r.nc.QueueSubscribe(subject, bus.QueueRouters, func(m *nats.Msg) {
 		r.sem <- struct{}{}
 		r.inflight.Add(1)
 		r.handlers.Go(func() {
 			defer func() { <-r.sem; r.inflight.Done() }()
-			h(m)
+			if c, ok := r.admit(m, k, delegates); ok {
+				h(m, c)
+			}
 		})
 	})
 	if err != nil {

@@ -22,7 +22,10 @@ const harnessResetTimeout = 5 * time.Second
 // Teamster-Delegate header or a "delegate" key in the body) is owner_only,
 // whatever NATS permissions let through; while a turn of the session runs,
 // every operation is session_busy.
-func (r *Router) onSessionOp(m *nats.Msg) {
+//
+// The session key is the caller's (its tenant's namespace): another
+// tenant's session of the same key is a different session.
+func (r *Router) onSessionOp(m *nats.Msg, c caller) {
 	op, err := bus.SessionOpFromSubject(m.Subject)
 	if err != nil {
 		r.reply(m, bus.Rejected(err))
@@ -38,15 +41,15 @@ func (r *Router) onSessionOp(m *nats.Msg) {
 		delegate = "(declared in the body)"
 	}
 	if err := delegation.OwnerOnly(delegate, op); err != nil {
-		r.log.WithFields(logrus.Fields{"session": leases.Tag(body.SessionKey), "op": op}).Warn("session op refused: owner only")
+		r.log.WithFields(c.fields(logrus.Fields{"session": leases.Tag(c.scope(body.SessionKey)), "op": op})).Warn("session op refused: owner only")
 		r.reply(m, bus.Rejected(err))
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), answerTimeout)
 	defer cancel()
 	fields := leases.FieldsOf(body.SessionKey, body.SessionID, body.StorePath, body.AgentID, body.AgentHarnessID, body.ModelSelectionLocked)
-	res, err := r.store.SessionOp(ctx, body.SessionKey, op, fields)
-	log := r.log.WithFields(logrus.Fields{"session": leases.Tag(body.SessionKey), "op": op})
+	res, err := r.store.SessionOp(ctx, c.scope(body.SessionKey), op, fields)
+	log := r.log.WithFields(c.fields(logrus.Fields{"session": leases.Tag(c.scope(body.SessionKey)), "op": op}))
 	switch {
 	case err != nil:
 		log.Error("session op failed: " + err.Error())

@@ -49,58 +49,37 @@ const SubmitPublishBudget = 20 * time.Second
 // is not answered at all, and the next try should not wait for it.
 const publishTry = 2 * time.Second
 
-func (r *Router) onSubmit(m *nats.Msg) { r.submit(m, "", "") }
-
-// onSubmitGateway serves teamster.submit.gateway.<gatewayId>: an owner submit
-// whose gateway's identity is the subject's last token (NATS permissions let
-// each gateway publish only its own). The attempt's hostId, when it names
-// one, must be that gateway's: host callbacks then go only to the gateway
-// that submitted.
-func (r *Router) onSubmitGateway(m *nats.Msg) {
-	gateway, err := bus.GatewayFromSubject(m.Subject)
-	if err != nil {
-		r.replySubmit(m, &bus.SubmitReply{V: bus.Version, Status: bus.StatusRejected, Error: teamster.AsError(err)})
-		return
-	}
-	r.submit(m, "", gateway)
-}
-
-// onSubmitDelegate serves teamster.submit.delegate.<pluginId>: the delegate's
-// identity is the subject's last token, never anything in the body.
-func (r *Router) onSubmitDelegate(m *nats.Msg) {
-	delegate, err := bus.DelegateFromSubject(m.Subject)
-	if err != nil {
-		r.replySubmit(m, &bus.SubmitReply{V: bus.Version, Status: bus.StatusRejected, Error: teamster.AsError(err)})
-		return
-	}
-	r.submit(m, delegate, "")
-}
-
-// submit handles one submit (delegate is "" for the owner; gateway is the
-// submitting gateway's id when its subject named one): validate, select,
-// record (reaper index, then record and order), publish with Nats-Msg-Id,
-// reply. Every refusal is a typed rejected reply that changed no state. An
-// attempt id is bound to the attempt first accepted under it (its digest): a
-// resubmit of that attempt is answered from its record, whatever selection
-// or the delegation check would say now, and a different attempt under the
-// id is refused.
-func (r *Router) submit(m *nats.Msg, delegate, gateway string) {
+// submit handles one submit, from caller c (its tenant from an identified
+// subject, teamster.submit.gateway.<gatewayId> or a bound delegate's
+// teamster.submit.delegate.<pluginId>.gateway.<gatewayId>; a delegate's
+// plugin id from the subject, never the body): validate, select, record
+// (reaper index, then record and order), publish with Nats-Msg-Id, reply.
+// Every refusal is a typed rejected reply that changed no state. The
+// attempt's session and id live in its tenant's namespace, so a tenant
+// reaches, probes and collides with nothing of another's. An attempt id is
+// bound to the attempt first accepted under it (its digest): a resubmit of
+// that attempt is answered from its record, whatever selection or the
+// delegation check would say now, and a different attempt under the id is
+// refused.
+func (r *Router) submit(m *nats.Msg, c caller) {
+	delegate := c.delegate
 	a, err := bus.DecodeSubmit(m.Data)
-	if err == nil && gateway != "" && a.HostID != "" && a.HostID != gateway {
-		err = teamster.Errorf(teamster.CodeInvalidRequest, "hostId %q is not the submitting gateway's (%q): a gateway's attempts call back only its own host id", a.HostID, gateway)
+	if err == nil {
+		err = c.checkAttempt(a)
 	}
 	if err != nil {
 		r.log.WithField("code", teamster.CodeOf(err)).Debug("submit rejected: " + err.Error())
 		r.replySubmit(m, &bus.SubmitReply{V: bus.Version, Status: bus.StatusRejected, Error: teamster.AsError(err)})
 		return
 	}
+	a.Tenant = c.tenant
 	given := a.AttemptID != ""
 	if !given {
 		a.AttemptID = ulid.Make().String()
 	}
 	// The attempt's log fields are built only when something is logged: an
 	// accepted submit logs nothing below debug level.
-	log := func() logrus.FieldLogger { return r.attemptLog(a, delegate) }
+	log := func() logrus.FieldLogger { return r.attemptLog(a, c) }
 	digest, err := bus.AttemptDigest(a, delegate)
 	if err != nil {
 		r.replySubmit(m, &bus.SubmitReply{V: bus.Version, Status: bus.StatusRejected, AttemptID: a.AttemptID, Error: teamster.AsError(err)})
@@ -164,7 +143,7 @@ func (r *Router) submit(m *nats.Msg, delegate, gateway string) {
 		tries++
 		var aerr error
 		acc, aerr = r.store.Accept(ctx, leases.AcceptArgs{
-			SessionKey: a.SessionKey, AttemptID: a.AttemptID, Digest: digest, HarnessID: d.HarnessID, ReplyTo: a.ReplyTo,
+			SessionKey: a.ScopedSessionKey(), AttemptID: a.ScopedID(), Digest: digest, HarnessID: d.HarnessID, ReplyTo: a.ReplyTo,
 			QueueTimeout: a.QueueTimeout(), RunBudget: a.Timeout() + a.SettlementTimeout(), Reply: replyBody,
 		})
 		if errors.Is(aerr, leases.ErrAttemptIDTaken) || errors.Is(aerr, leases.ErrAttemptReused) {
@@ -181,7 +160,7 @@ func (r *Router) submit(m *nats.Msg, delegate, gateway string) {
 		// The reply says nothing was recorded: make it so, in case a try
 		// ran without its reply arriving.
 		uctx, ucancel := context.WithTimeout(context.Background(), submitTimeout)
-		_, _ = r.store.Unaccept(uctx, a.SessionKey, a.AttemptID)
+		_, _ = r.store.Unaccept(uctx, a.ScopedSessionKey(), a.ScopedID())
 		ucancel()
 		log().WithField("tries", tries).Error("submit failed: record the attempt: " + err.Error())
 		r.replySubmit(m, rejectedInternal(a.AttemptID, "the fleet could not record the attempt"))
@@ -194,9 +173,9 @@ func (r *Router) submit(m *nats.Msg, delegate, gateway string) {
 		r.resubmitted(ctx, m, a, acc, delegate, log)
 		return
 	}
-	if err := r.publishAttempt(d.HarnessID, a.AttemptID, attemptBody, delegate, log); err != nil {
+	if err := r.publishAttempt(d.HarnessID, a.ScopedID(), attemptBody, delegate, log); err != nil {
 		log().Error("submit failed: publish: " + err.Error())
-		ok, uerr := r.store.Unaccept(context.Background(), a.SessionKey, a.AttemptID)
+		ok, uerr := r.store.Unaccept(context.Background(), a.ScopedSessionKey(), a.ScopedID())
 		switch {
 		case uerr == nil && !ok:
 			// No longer queued: a try did reach the stream (only its
@@ -232,7 +211,7 @@ func (r *Router) submit(m *nats.Msg, delegate, gateway string) {
 func (r *Router) answerKnown(m *nats.Msg, a *bus.Attempt, digest, delegate string, log func() logrus.FieldLogger) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), submitTimeout)
 	defer cancel()
-	acc, err := r.store.Known(ctx, a.SessionKey, a.AttemptID, digest)
+	acc, err := r.store.Known(ctx, a.ScopedSessionKey(), a.ScopedID(), digest)
 	switch {
 	case errors.Is(err, leases.ErrNotFound):
 		return false
@@ -270,12 +249,12 @@ func (r *Router) resubmitted(ctx context.Context, m *nats.Msg, a *bus.Attempt, a
 		recorded.ReplyTo = acc.ReplyTo
 		body, err := bus.Encode(&recorded)
 		if err == nil {
-			err = r.publishAttempt(acc.HarnessID, a.AttemptID, body, delegate, log)
+			err = r.publishAttempt(acc.HarnessID, a.ScopedID(), body, delegate, log)
 		}
 		if err != nil {
 			log().Warn("resubmit: publish again failed: " + err.Error())
 			kctx, cancel := context.WithTimeout(context.Background(), submitTimeout)
-			_, kerr := r.store.Attempt(kctx, a.SessionKey, a.AttemptID)
+			_, kerr := r.store.Attempt(kctx, a.ScopedSessionKey(), a.ScopedID())
 			cancel()
 			if errors.Is(kerr, leases.ErrNotFound) {
 				log().Warn("resubmit: the attempt was withdrawn meanwhile (its first submit could not publish it): answering internal")
@@ -292,7 +271,8 @@ func (r *Router) resubmitted(ctx context.Context, m *nats.Msg, a *bus.Attempt, a
 	r.respond(m, acc.Reply)
 }
 
-// publishAttempt publishes an attempt's message with Nats-Msg-Id = its id.
+// publishAttempt publishes an attempt's message with Nats-Msg-Id
+// bus.AttemptMsgID(scopedID).
 // A try that fails for a reason that may pass (no answer while the stream
 // elects a leader, no responders, a connection that is reconnecting) is
 // tried again with backoff, each try bounded at publishTry, for
@@ -300,10 +280,10 @@ func (r *Router) resubmitted(ctx context.Context, m *nats.Msg, a *bus.Attempt, a
 // id, so JetStream stores the attempt once however many of them reach it
 // (the duplicate window is 2 minutes, far longer than the budget). It
 // returns the last try's error.
-func (r *Router) publishAttempt(harnessID, attemptID string, body []byte, delegate string, log func() logrus.FieldLogger) error {
+func (r *Router) publishAttempt(harnessID, scopedID string, body []byte, delegate string, log func() logrus.FieldLogger) error {
 	start := time.Now()
 	hdr := bus.DelegateHeader(delegate)
-	err := r.publishOnce(context.Background(), harnessID, attemptID, body, hdr)
+	err := r.publishOnce(context.Background(), harnessID, scopedID, body, hdr)
 	if err == nil || permanentPublish(err) {
 		return err
 	}
@@ -313,7 +293,7 @@ func (r *Router) publishAttempt(harnessID, attemptID string, body []byte, delega
 	last := err
 	err = retry.For(ctx, time.Until(start.Add(SubmitPublishBudget)), func() error {
 		tries++
-		last = r.publishOnce(ctx, harnessID, attemptID, body, hdr)
+		last = r.publishOnce(ctx, harnessID, scopedID, body, hdr)
 		if last != nil && permanentPublish(last) {
 			return backoff.Permanent(last)
 		}
@@ -332,10 +312,10 @@ const publishRetriedMsg = "attempt published after failed tries"
 
 // publishOnce is one try of publishAttempt, bounded at publishTry (and by
 // ctx).
-func (r *Router) publishOnce(ctx context.Context, harnessID, attemptID string, body []byte, hdr nats.Header) error {
+func (r *Router) publishOnce(ctx context.Context, harnessID, scopedID string, body []byte, hdr nats.Header) error {
 	ctx, cancel := context.WithTimeout(ctx, publishTry)
 	defer cancel()
-	_, err := bus.PublishAttemptBody(ctx, r.js, harnessID, attemptID, body, hdr)
+	_, err := bus.PublishAttemptBody(ctx, r.js, harnessID, scopedID, body, hdr)
 	return err
 }
 
@@ -350,13 +330,9 @@ func permanentPublish(err error) bool {
 }
 
 // attemptLog is the logger of one submit: the attempt, the session (hashed,
-// never raw) and the delegate, if any.
-func (r *Router) attemptLog(a *bus.Attempt, delegate string) logrus.FieldLogger {
-	f := logrus.Fields{"attempt": a.AttemptID, "session": leases.Tag(a.SessionKey)}
-	if delegate != "" {
-		f["delegate"] = delegate
-	}
-	return r.log.WithFields(f)
+// never raw), the tenant and the delegate, if any.
+func (r *Router) attemptLog(a *bus.Attempt, c caller) logrus.FieldLogger {
+	return r.log.WithFields(c.fields(logrus.Fields{"attempt": a.AttemptID, "session": leases.Tag(a.ScopedSessionKey())}))
 }
 
 func rejectedInternal(attemptID, msg string) *bus.SubmitReply {
@@ -442,7 +418,7 @@ func (r *Router) respond(m *nats.Msg, b []byte) {
 func (r *Router) checkDelegate(delegate string, a *bus.Attempt) error {
 	ctx, cancel := context.WithTimeout(context.Background(), submitTimeout)
 	defer cancel()
-	rec, err := r.store.Session(ctx, a.SessionKey)
+	rec, err := r.store.Session(ctx, a.ScopedSessionKey())
 	if err != nil && !errors.Is(err, leases.ErrNotFound) {
 		return teamster.Errorf(teamster.CodeInternal, "read the session record: %v", err)
 	}

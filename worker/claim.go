@@ -60,7 +60,7 @@ func (w *Worker) adoptBlockerResult(ctx context.Context, a *bus.Attempt, blocker
 	if err != nil {
 		return // none (it is running or queued), or the stream did not answer: wait
 	}
-	changed, err := w.store.Adopt(ctx, leases.Tag(a.SessionKey), blocker, r.Outcome())
+	changed, err := w.store.Adopt(ctx, leases.Tag(a.ScopedSessionKey()), blocker, r.Outcome())
 	if err != nil {
 		log().Warn("the attempt ahead has a durable result, but its record could not be updated: " + err.Error())
 		return
@@ -94,9 +94,15 @@ func (w *Worker) claim(msg jetstream.Msg, harnessID string, h *hosted) {
 	}
 	// Fields built only when something is logged (a claim logs nothing).
 	log := func() logrus.FieldLogger { return w.attemptLog(a, harnessID) }
+	if a.ReplyTo != "" && !bus.ReplyToAllowed(a.Tenant, a.ReplyTo) {
+		// The routers refuse such a submit; the worker never publishes
+		// outside the submitter's inbox all the same.
+		log().Warn("the attempt's replyTo is outside its tenant's inbox; its events are not sent")
+		a.ReplyTo = ""
+	}
 	ctx, cancel := context.WithTimeout(w.runCtx, claimTimeout)
 	defer cancel()
-	lease, res, err := w.keep.Claim(ctx, a.SessionKey, a.AttemptID, harnessID)
+	lease, res, err := w.keep.Claim(ctx, a.ScopedSessionKey(), a.ScopedID(), harnessID)
 	if err != nil {
 		log().Warn("claim failed; the attempt will be offered again: " + err.Error())
 		_ = msg.NakWithDelay(nakCap)

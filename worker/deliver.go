@@ -54,7 +54,7 @@ func (r *run) deliver(ctx context.Context, rec recording) {
 		var merr error
 		markSent = time.Now()
 		// The claim's fence is this run's marker token: no other run has it.
-		marked, merr = r.w.store.MarkPublished(ctx, r.attempt.SessionKey, r.attempt.AttemptID, r.lease.Fence())
+		marked, merr = r.w.store.MarkPublished(ctx, r.attempt.ScopedSessionKey(), r.attempt.ScopedID(), r.lease.Fence())
 		return merr
 	})
 	if h := r.w.hooks.Load(); h != nil && h.afterMark != nil {
@@ -82,11 +82,11 @@ func (r *run) deliver(ctx context.Context, rec recording) {
 	}
 }
 
-// publish stores the result on teamster.result.<attemptId>, retrying for
+// publish stores the result on its results subject, retrying for
 // publishBudget; it reports whether body is the attempt's durable result.
 func (r *run) publish(ctx context.Context, body []byte) bool {
 	err := retry.For(ctx, publishBudget, func() error {
-		err := bus.PublishResultBody(ctx, r.w.js, r.attempt.AttemptID, body)
+		err := bus.PublishResultBody(ctx, r.w.js, r.attempt.ScopedID(), body)
 		if errors.Is(err, bus.ErrResultExists) {
 			return backoff.Permanent(err)
 		}
@@ -107,7 +107,7 @@ func (r *run) publish(ctx context.Context, body []byte) bool {
 // first).
 func (r *run) confirm(ctx context.Context) {
 	err := retry.For(ctx, markBudget, func() error {
-		_, err := r.w.store.ConfirmSent(ctx, r.attempt.SessionKey, r.attempt.AttemptID, r.lease.Fence())
+		_, err := r.w.store.ConfirmSent(ctx, r.attempt.ScopedSessionKey(), r.attempt.ScopedID(), r.lease.Fence())
 		return err
 	})
 	if err != nil {
@@ -144,7 +144,7 @@ func (w *Worker) deliverOrphan(ctx context.Context, a *bus.Attempt, harnessID st
 	if err != nil {
 		return
 	}
-	if err := bus.PublishResultBody(ctx, w.js, a.AttemptID, body); err != nil {
+	if err := bus.PublishResultBody(ctx, w.js, a.ScopedID(), body); err != nil {
 		return
 	}
 	if a.ReplyTo != "" {

@@ -74,7 +74,7 @@ func (r *run) saveState(out *harness.Outcome) (string, error) {
 	if max := r.w.cfg.MaxNativeState(); int64(len(blob)) > max {
 		return "", r.stateNotSaved(fmt.Errorf("native state of %d bytes exceeds the limit of %d bytes (the worker's maxNativeStateBytes)", len(blob), max))
 	}
-	name := bus.StateObjectName(leases.Tag(r.attempt.SessionKey), r.lease.Fence())
+	name := bus.StateObjectName(leases.Tag(r.attempt.ScopedSessionKey()), r.lease.Fence())
 	if err := r.w.nativeState.Put(ctx, name, blob); err != nil {
 		return "", r.stateNotSaved(err)
 	}

@@ -133,11 +133,11 @@ type runSubjects struct {
 // for a wildcard by scanning the whole cache (measured at 1,024 sessions in
 // flight: 9% of the fleet's CPU went to that scan on SUB and UNSUB).
 func (r *run) subscribe() error {
-	inject, err := bus.WorkerRunSubject(r.w.cfg.WorkerID, r.attempt.AttemptID, "inject")
+	inject, err := bus.WorkerRunSubject(r.w.cfg.WorkerID, r.attempt.ScopedID(), "inject")
 	if err != nil {
 		return err
 	}
-	cancel, _ := bus.WorkerRunSubject(r.w.cfg.WorkerID, r.attempt.AttemptID, "cancel")
+	cancel, _ := bus.WorkerRunSubject(r.w.cfg.WorkerID, r.attempt.ScopedID(), "cancel")
 	r.subs.mu.Lock()
 	defer r.subs.mu.Unlock()
 	for _, subj := range []string{inject, cancel} {
@@ -176,12 +176,20 @@ func (w *Worker) dispatchRunMsgs() {
 		case <-w.life.done:
 			return
 		}
-		rest, ok := strings.CutPrefix(m.Subject, w.runPrefix)
+		subject, tenant := m.Subject, ""
+		if strings.Count(subject, ".") > strings.Count(w.runPrefix, ".")+1 {
+			// A gateway's run: <prefix><id>.<op>.gateway.<gatewayId>.
+			var err error
+			if subject, tenant, err = bus.SplitIdentified(subject); err != nil {
+				continue
+			}
+		}
+		rest, ok := strings.CutPrefix(subject, w.runPrefix)
 		id, op, ok2 := strings.Cut(rest, ".")
 		if !ok || !ok2 {
 			continue
 		}
-		r := w.runs.get(id)
+		r := w.runs.get(teamster.Scope(tenant, id))
 		switch {
 		case r == nil && op == "inject":
 			respond(m, &bus.InjectReply{V: bus.Version, Status: bus.StatusRejected, AttemptID: id,
@@ -242,7 +250,7 @@ func newRunSet() runSet {
 
 func (s *runSet) add(r *run) {
 	s.mu.Lock()
-	s.byID[r.attempt.AttemptID] = r
+	s.byID[r.attempt.ScopedID()] = r
 	s.mu.Unlock()
 }
 
@@ -250,7 +258,7 @@ func (s *runSet) add(r *run) {
 func (s *runSet) remove(r *run) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.byID, r.attempt.AttemptID)
+	delete(s.byID, r.attempt.ScopedID())
 	if len(s.byID) == 0 {
 		for _, ch := range s.idlers {
 			close(ch)
@@ -275,13 +283,14 @@ func (s *runSet) all() []*run {
 	return runs
 }
 
-// ids are the ids of the attempts running now.
+// ids are the ids of the attempts running now, as people read them
+// (teamster.ScopedDisplay: <gatewayId>/<attemptId> for a gateway's).
 func (s *runSet) ids() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ids := make([]string, 0, len(s.byID))
 	for id := range s.byID {
-		ids = append(ids, id)
+		ids = append(ids, teamster.ScopedDisplay(id))
 	}
 	return ids
 }

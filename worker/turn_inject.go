@@ -130,7 +130,9 @@ func (r *run) inject(req *bus.InjectRequest) *bus.InjectReply {
 	}
 	it := &item{id: id, bound: kind == injection.KindSourceBound}
 	if req.Source != nil {
-		it.sourceID = req.Source.ID
+		// The source is the run's tenant's (its namespace), whoever
+		// relayed the request.
+		it.sourceID = teamster.Scope(r.attempt.Tenant, req.Source.ID)
 	}
 	it.latch = injection.NewLatch(r.assertion(kind, req))
 	r.track(it)
@@ -189,7 +191,7 @@ func (r *run) assertion(kind injection.Kind, req *bus.InjectRequest) func() bool
 		}
 		if src != nil {
 			ctx, cancel := context.WithTimeout(r.ctx, sourceCheckTimeout)
-			ok, err := r.w.store.SourceCurrent(ctx, src.ID, src.Generation)
+			ok, err := r.w.store.SourceCurrent(ctx, teamster.Scope(r.attempt.Tenant, src.ID), src.Generation)
 			cancel()
 			if err != nil || !ok {
 				return false
@@ -324,11 +326,11 @@ func (s *sourceLatches) revoke(id string) int {
 
 // onSourceRevoked serves the revoke broadcast.
 func (w *Worker) onSourceRevoked(m *nats.Msg) {
-	var rv bus.SourceRevoke
+	var rv bus.SourceRevoked
 	if err := bus.Decode(m.Data, &rv); err != nil {
 		return
 	}
-	if n := w.sources.revoke(rv.ID); n > 0 {
-		w.log.WithFields(logrus.Fields{"source": rv.ID, "items": n}).Info("source revoked: in-flight items dropped")
+	if n := w.sources.revoke(rv.Scoped()); n > 0 {
+		w.log.WithFields(logrus.Fields{"source": rv.ID, "tenant": rv.Tenant, "items": n}).Info("source revoked: in-flight items dropped")
 	}
 }

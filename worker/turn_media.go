@@ -91,7 +91,7 @@ func (r *run) stageReplyMedia(out *harness.Outcome) {
 // subscribeReads serves the run's read subject from mr until the returned
 // subscription ends.
 func (r *run) subscribeReads(mr *mediaReader) (*nats.Subscription, error) {
-	subj, err := bus.WorkerRunSubject(r.w.cfg.WorkerID, r.attempt.AttemptID, "read")
+	subj, err := bus.WorkerRunSubject(r.w.cfg.WorkerID, r.attempt.ScopedID(), "read")
 	if err != nil {
 		return nil, err
 	}

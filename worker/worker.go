@@ -242,5 +242,5 @@ func (w *Worker) harnessIDs() []string {
 // attemptLog is the logger of one attempt on this worker: the attempt, the
 // session (hashed, never raw) and the harness.
 func (w *Worker) attemptLog(a *bus.Attempt, harnessID string) logrus.FieldLogger {
-	return w.log.WithFields(logrus.Fields{"attempt": a.AttemptID, "session": leases.Tag(a.SessionKey), "harness": harnessID})
+	return w.log.WithFields(logrus.Fields{"attempt": a.AttemptID, "session": leases.Tag(a.ScopedSessionKey()), "harness": harnessID})
 }

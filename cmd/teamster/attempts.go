@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/teamster-fleet/teamster"
 	"github.com/teamster-fleet/teamster/bus"
 	"github.com/teamster-fleet/teamster/internal/cmdutil"
 	"github.com/teamster-fleet/teamster/leases"
@@ -34,11 +35,14 @@ func (f lsFilter) keep(o attemptOut) bool {
 }
 
 // sessionTagOf is the tag of a session given by its key or its tag.
-func sessionTagOf(keyOrTag string) string {
+//
+// A key is gateway's (--gateway): the same key of two tenants names two
+// sessions.
+func sessionTagOf(gateway, keyOrTag string) string {
 	if keyOrTag == "" || leases.IsTag(keyOrTag) {
 		return keyOrTag
 	}
-	return leases.Tag(keyOrTag)
+	return leases.Tag(teamster.Scope(gateway, keyOrTag))
 }
 
 func attemptsCmd(common *cmdutil.Common) *cobra.Command {
@@ -71,7 +75,7 @@ is still printed).`,
 			if limit < 1 || limit > 10000 {
 				return &exitError{1, fmt.Errorf("--limit %d: want 1 to 10000", limit)}
 			}
-			f.session = sessionTagOf(f.session)
+			f.session = sessionTagOf(common.Gateway, f.session)
 			ctx, in, err := openInspector(common, f.state == "" || f.state == "all" || f.state == stateFinished)
 			if err != nil {
 				return &exitError{1, err}
@@ -160,7 +164,14 @@ func finished(ctx context.Context, in *inspector, f lsFilter, limit, scan int) (
 		if bus.Decode(msg.Data, &r) != nil {
 			continue
 		}
-		o := attemptOut{AttemptID: r.AttemptID, State: stateFinished, HarnessID: r.HarnessID, WorkerID: r.WorkerID,
+		// The subject names the tenant: teamster.result.<gatewayId>.<attemptId>.
+		scoped := r.AttemptID
+		if rest, ok := strings.CutPrefix(msg.Subject, "teamster.result."); ok {
+			if gw, id, ok := strings.Cut(rest, "."); ok && id == r.AttemptID {
+				scoped = teamster.Scope(gw, id)
+			}
+		}
+		o := attemptOut{AttemptID: scoped, State: stateFinished, HarnessID: r.HarnessID, WorkerID: r.WorkerID,
 			Fence: r.Fence, Status: string(r.Status), PublishedAt: stamp(msg.Time), FinishedAt: stamp(msg.Time)}
 		if r.Error != nil {
 			o.Code = string(r.Error.Code)
@@ -181,6 +192,7 @@ func finished(ctx context.Context, in *inspector, f lsFilter, limit, scan int) (
 	kept := out[:0]
 	for _, o := range out {
 		o.SessionTag = tags[o.AttemptID]
+		o.AttemptID = teamster.ScopedDisplay(o.AttemptID)
 		if f.session == "" || o.SessionTag == f.session {
 			kept = append(kept, o)
 		}

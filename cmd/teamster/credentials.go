@@ -72,7 +72,7 @@ role's daemons.`,
 	f := cmd.Flags()
 	f.StringVar(&dir, "dir", "", "directory to write into (created when missing)")
 	f.StringSliceVar(&spec.Gateways, "gateways", spec.Gateways, "gateway ids (each is also the gateway's host id)")
-	f.StringSliceVar(&spec.Delegates, "delegates", spec.Delegates, "delegate plugin ids")
+	f.StringSliceVar(&spec.Delegates, "delegates", spec.Delegates, "delegates, each <pluginId>@<gatewayId>: a delegate plugin bound to the gateway whose sessions it continues")
 	f.StringSliceVar(&spec.Routers, "routers", spec.Routers, "router ids (each router's TEAMSTER_ROUTER_ID)")
 	f.StringSliceVar(&spec.Workers, "workers", spec.Workers, "worker ids (each worker config's workerId)")
 	f.StringSliceVar(&spec.Operators, "operators", spec.Operators, "operators' names")

@@ -94,7 +94,7 @@ func playDemo(ctx context.Context, out io.Writer, natsURL string, login demoLogi
 		return err
 	}
 	defer nc.Close()
-	c, err := client.New(nc)
+	c, err := client.New(nc, client.WithGateway(login.Gateway))
 	if err != nil {
 		return err
 	}
@@ -111,7 +111,7 @@ func playDemo(ctx context.Context, out io.Writer, natsURL string, login demoLogi
 			a := demoAttempt(s, t)
 			r := &demoRun{turn: t, start: time.Now()}
 			runs[i][k] = r
-			h, err := login.submit(ctx, c, a)
+			h, err := c.Submit(ctx, a)
 			var rejected *client.RejectedError
 			switch {
 			case h != nil:

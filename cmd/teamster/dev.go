@@ -302,20 +302,14 @@ func devWorkerConfigs(o devOptions, workspaces string) ([]*worker.Config, error)
 	return cfgs, nil
 }
 
-// demoLogin is how the demo's client connects and submits: anonymously on
-// teamster.submit (Gateway ""), or under --secure as the gateway "dev" on
-// teamster.submit.gateway.dev (the demo's attempts name the hostId "dev",
-// and a gateway's attempts may name only its own).
+// demoLogin is how the demo's client connects and speaks: anonymously on
+// the plain subjects (Gateway ""), or under --secure as the gateway "dev",
+// on its own subjects (teamster.submit.gateway.dev, ...: the demo's
+// attempts name the hostId "dev", and a gateway's attempts may name only
+// its own).
 type demoLogin struct {
 	Options []nats.Option
 	Gateway string
-}
-
-func (l demoLogin) submit(ctx context.Context, c *client.Client, a *bus.Attempt) (*client.Handle, error) {
-	if l.Gateway == "" {
-		return c.Submit(ctx, a)
-	}
-	return c.SubmitAsGateway(ctx, l.Gateway, a)
 }
 
 // stop drains the workers, stops the router and closes every connection

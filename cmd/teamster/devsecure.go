@@ -43,7 +43,7 @@ func devSpec(gateways, workers []string) credentials.Spec {
 	}
 	return credentials.Spec{
 		Gateways:  gws,
-		Delegates: []string{"voice-call"},
+		Delegates: []string{"voice-call@" + devHostID},
 		Routers:   []string{devRouterID},
 		Workers:   workers,
 		Operators: []string{devSecureOperator.Name},

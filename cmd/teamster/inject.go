@@ -117,7 +117,7 @@ func withClient(common *cmdutil.Common, timeout time.Duration, f func(ctx contex
 		return err
 	}
 	defer nc.Close()
-	c, err := client.New(nc)
+	c, err := client.New(nc, client.WithGateway(common.Gateway))
 	if err != nil {
 		return err
 	}

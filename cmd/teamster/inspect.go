@@ -71,7 +71,9 @@ func stamp(t time.Time) string {
 func msPtr(d time.Duration) *int64 { ms := d.Milliseconds(); return &ms }
 
 func fromView(v *leases.AttemptView) attemptOut {
-	o := attemptOut{AttemptID: v.AttemptID, SessionTag: v.Tag, SessionKey: v.SessionKey, HarnessID: v.HarnessID,
+	// Scoped names as people read them: <gatewayId>/<name> for a
+	// gateway's (teamster.ScopedDisplay).
+	o := attemptOut{AttemptID: teamster.ScopedDisplay(v.AttemptID), SessionTag: v.Tag, SessionKey: teamster.ScopedDisplay(v.SessionKey), HarnessID: v.HarnessID,
 		WorkerID: v.WorkerID, Fence: v.Fence, AcceptedAt: stamp(v.AcceptedAt), QueueDeadlineAt: stamp(v.QueueDeadline),
 		ClaimedAt: stamp(v.ClaimedAt), FinishedAt: stamp(v.FinishedAt), FinishedBy: v.FinishedBy,
 		PublishedAt: stamp(v.PublishedAt), PublishedBy: v.PublishedBy, ResultSent: v.Sent}
@@ -171,7 +173,7 @@ Exit codes: 0 found; 1 unknown id, or a read failed.`,
 				return &exitError{1, err}
 			}
 			defer in.close()
-			v, err := in.store.AttemptByID(ctx, id)
+			v, err := in.store.AttemptByID(ctx, teamster.Scope(common.Gateway, id))
 			if errors.Is(err, leases.ErrNotFound) {
 				return &exitError{1, fmt.Errorf("no attempt %s in Redis (never accepted, or finished longer ago than the attempt retention)", id)}
 			}
@@ -182,7 +184,7 @@ Exit codes: 0 found; 1 unknown id, or a read failed.`,
 			var durable json.RawMessage
 			var resErr error
 			if o.State == stateFinished {
-				durable, resErr = bus.GetResultBody(ctx, in.js, id)
+				durable, resErr = bus.GetResultBody(ctx, in.js, teamster.Scope(common.Gateway, id))
 				if errors.Is(resErr, jetstream.ErrMsgNotFound) {
 					durable, resErr = nil, nil
 				}

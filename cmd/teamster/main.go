@@ -38,6 +38,7 @@ TEAMSTER_REDIS_URL, TEAMSTER_LOG_LEVEL, TEAMSTER_LOG_FORMAT.`,
 		SilenceErrors: true,
 	}
 	cmdutil.AddCommon(root.PersistentFlags(), &common)
+	root.PersistentFlags().StringVar(&common.Gateway, "gateway", cmdutil.Env("TEAMSTER_GATEWAY", ""), "act as gateway ID, a tenant: its requests go on its own subjects (<subject>.gateway.<ID>), its sessions, attempts, sources and results are its own, and the inbox prefix defaults to _INBOX.gateway.<ID> (what per-principal NATS permissions require; env TEAMSTER_GATEWAY)")
 	root.PersistentFlags().StringVarP(&output, "output", "o", "table", "output format: table (for people) or json (for scripts: stable field names, times as RFC 3339 …At, durations as …Ms)")
 	root.PersistentPreRunE = func(*cobra.Command, []string) error {
 		if output != "table" && output != "json" {

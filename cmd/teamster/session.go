@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/teamster-fleet/teamster"
 	"github.com/teamster-fleet/teamster/bus"
 	"github.com/teamster-fleet/teamster/client"
 	"github.com/teamster-fleet/teamster/internal/cmdutil"
@@ -52,13 +53,13 @@ Delegates can never run them (owner_only).`,
 					return &exitError{1, fmt.Errorf("session %s: %s: %w", args[0], op, err)}
 				}
 				if outputJSON() {
-					printJSON(cmd.OutOrStdout(), map[string]any{"sessionKey": args[0], "sessionTag": leases.Tag(args[0]), "op": op, "found": found})
+					printJSON(cmd.OutOrStdout(), map[string]any{"sessionKey": args[0], "sessionTag": leases.Tag(teamster.Scope(common.Gateway, args[0])), "op": op, "found": found})
 				}
 				if !found {
-					return &exitError{1, fmt.Errorf("session %s (%s) has no record: nothing to %s", args[0], leases.Tag(args[0]), op)}
+					return &exitError{1, fmt.Errorf("session %s (%s) has no record: nothing to %s", args[0], leases.Tag(teamster.Scope(common.Gateway, args[0])), op)}
 				}
 				if !outputJSON() {
-					fmt.Fprintf(cmd.OutOrStdout(), "session %s (%s): %s done\n", args[0], leases.Tag(args[0]), op)
+					fmt.Fprintf(cmd.OutOrStdout(), "session %s (%s): %s done\n", args[0], leases.Tag(teamster.Scope(common.Gateway, args[0])), op)
 				}
 				return nil
 			},

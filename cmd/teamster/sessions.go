@@ -54,7 +54,7 @@ ls and the logs show.
 Exit codes: 0 found; 1 Redis knows nothing of the session, or a read failed.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			tag := sessionTagOf(args[0])
+			tag := sessionTagOf(common.Gateway, args[0])
 			ctx, in, err := openInspector(common, false)
 			if err != nil {
 				return &exitError{1, err}

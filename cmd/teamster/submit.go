@@ -20,7 +20,6 @@ import (
 func submitCmd(common *cmdutil.Common) *cobra.Command {
 	var (
 		file    string
-		gateway string
 		follow  bool
 		asJSON  bool
 		timeout time.Duration
@@ -56,19 +55,14 @@ cancelled).`,
 				return err
 			}
 			defer nc.Close()
-			c, err := client.New(nc)
+			c, err := client.New(nc, client.WithGateway(common.Gateway))
 			if err != nil {
 				return err
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
 			out := cmd.OutOrStdout()
-			var h *client.Handle
-			if gateway != "" {
-				h, err = c.SubmitAsGateway(ctx, gateway, a)
-			} else {
-				h, err = c.Submit(ctx, a)
-			}
+			h, err := c.Submit(ctx, a)
 			// A rejection has no handle; its error carries the reply.
 			var reply *bus.SubmitReply
 			var rejected *client.RejectedError
@@ -96,7 +90,6 @@ cancelled).`,
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "prepared attempt JSON file (- for standard input)")
-	cmd.Flags().StringVar(&gateway, "gateway", "", "submit as gateway ID, on teamster.submit.gateway.<ID> (what per-principal NATS permissions require; the attempt's hostId defaults to ID)")
 	cmd.Flags().BoolVar(&follow, "follow", false, "stream the attempt's events and wait for its result")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the reply, events and result as JSON lines")
 	_ = cmd.Flags().MarkHidden("json") // -o json says it for every command

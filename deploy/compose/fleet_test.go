@@ -45,6 +45,173 @@ func TestFleetUnderShippedPermissions(t *testing.T) {
 func runFleet(t *testing.T, s *shipped) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*waitFor)
 	defer cancel()
+	sf := startFleet(ctx, t, s)
+	rp, workers := sf.router, sf.workers
+
+	// Gateway 2 listens everywhere it may, and must hear nothing of
+	// gateway 1's attempts (checked at the end).
+	spy := listenEverywhere(t, s, gateway2)
+
+	// The gateway answers host callbacks for its hostId, gateway-1.
+	gw := login(t, s, gateway1)
+	if _, err := gw.nc.Subscribe("teamster.host.gateway-1.>", func(m *nats.Msg) {
+		_ = m.Respond([]byte(`{"v":1,"status":"ok","result":{"answer":42}}`))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(gw.nc, client.WithGateway("gateway-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// An ok turn with a host tool call and usage: events to the gateway's
+	// inbox, the durable result, the host callback round trip.
+	h := submit(ctx, t, c, attempt("fleet:ok", `{"script":[{"say":"hi `+secret+`"},{"tool":{"name":"lookup","args":{"q":"`+secret+`"}}},{"usage":3}]}`))
+	res := waitResult(ctx, t, h)
+	if res.Status != teamster.StatusOK || !strings.Contains(strings.Join(res.AssistantTexts, ""), "42") {
+		t.Errorf("ok turn: %+v", res)
+	}
+	if _, err := c.Result(ctx, h.AttemptID()); err != nil {
+		t.Errorf("the gateway cannot read the durable result: %v", err)
+	}
+
+	// A long turn, a second turn of the same session that the reaper ends
+	// with queue_timeout (router publishes the result and the event), then
+	// the gateway cancels the long turn on the worker running it.
+	long := submit(ctx, t, c, attempt("fleet:long", `{"script":[{"sleep":30000}]}`))
+	waitEvent(ctx, t, long, bus.EventClaimed)
+	queued := attempt("fleet:long", "behind the long turn")
+	queued.QueueTimeoutMs = 200
+	if res := waitResult(ctx, t, submit(ctx, t, c, queued)); res.Error == nil || res.Error.Code != teamster.CodeQueueTimeout {
+		t.Errorf("queued turn: %+v, want queue_timeout", res)
+	}
+	// Injection and source authority go through the routers; whether or not
+	// a router serves those subjects yet, the bus must let them through.
+	for plain, body := range map[string]string{
+		bus.SubjectInject:      `{"v":1,"sessionKey":"fleet:long","text":"also this ` + secret + `","authorityKind":"run"}`,
+		bus.SubjectSourceGrant: `{"v":1,"id":"src-1","generation":1}`,
+	} {
+		subj, err := bus.Identified(plain, "gateway-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := gw.nc.RequestWithContext(ctx, subj, []byte(body)); err != nil && !errors.Is(err, nats.ErrNoResponders) {
+			t.Errorf("the gateway requests %s: %v", subj, err)
+		}
+	}
+	if err := c.Cancel(ctx, long.AttemptID(), "test"); err != nil {
+		t.Errorf("the gateway cannot cancel: %v", err)
+	}
+	if res := waitResult(ctx, t, long); res.Status != teamster.StatusCancelled {
+		t.Errorf("cancelled turn: %+v", res)
+	}
+
+	// The owner creates a locked session pinned to codex; the delegate
+	// continues it on its own subject with the exact stored facts, and its
+	// events and result come back to its own inbox.
+	locked := true
+	voice := attempt("fleet:voice", "hello from the phone")
+	voice.HostID = ""
+	if err := c.SessionOp(ctx, bus.SessionCreate, bus.SessionOp{SessionKey: voice.SessionKey, SessionID: voice.SessionID,
+		StorePath: voice.StorePath, AgentID: voice.AgentID, AgentHarnessID: "codex", ModelSelectionLocked: &locked}); err != nil {
+		t.Errorf("the gateway creates a session: %v", err)
+	}
+	voice.AgentHarnessID, voice.AgentHarnessRuntimeOverride, voice.ModelSelectionLocked = "codex", "codex", true
+	dp := login(t, s, delegate)
+	dc, err := client.New(dp.nc, client.WithGateway("gateway-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dh, err := dc.SubmitAsDelegate(ctx, "voice-call", voice)
+	switch {
+	case err == nil:
+		t.Cleanup(dh.Close)
+		if res := waitResult(ctx, t, dh); res.Status != teamster.StatusOK {
+			t.Errorf("delegate turn: %+v", res)
+		}
+	case teamster.CodeOf(err) != teamster.CodeInternal:
+		t.Logf("delegate turn refused by the router (not a bus matter): %v", err)
+	default:
+		t.Errorf("delegate submit: %v", err)
+	}
+	// Owner-only operations: the reset asks a worker hosting the pinned
+	// harness to clear its native state (router → teamster.harness.codex.reset).
+	if err := c.SessionOp(ctx, bus.SessionReset, bus.SessionOp{SessionKey: voice.SessionKey, SessionID: "sid-2"}); err != nil {
+		t.Errorf("the gateway resets a session: %v", err)
+	}
+
+	// The operator reads the registry and a result, and asks a worker for
+	// its status.
+	op := login(t, s, operator)
+	ojs, err := jetstream.New(op.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := bus.ReadRegistry(ctx, ojs)
+	if err != nil || len(entries) != 2 {
+		t.Errorf("the operator reads the registry: %d entries, %v", len(entries), err)
+	}
+	if _, err := bus.GetResult(ctx, ojs, teamster.Scope("gateway-1", h.AttemptID())); err != nil {
+		t.Errorf("the operator reads a result: %v", err)
+	}
+	// teamster status: the harness consumers' queue depths.
+	attempts, err := ojs.Stream(ctx, bus.StreamAttempts)
+	if err != nil {
+		t.Fatalf("the operator looks up %s: %v", bus.StreamAttempts, err)
+	}
+	consumers := attempts.ConsumerNames(ctx)
+	for name := range consumers.Name() {
+		if cons, err := attempts.Consumer(ctx, name); err != nil {
+			t.Errorf("the operator reads consumer %s: %v", name, err)
+		} else if _, err := cons.Info(ctx); err != nil {
+			t.Errorf("the operator reads consumer %s: %v", name, err)
+		}
+	}
+	if err := consumers.Err(); err != nil {
+		t.Errorf("the operator lists the harness consumers: %v", err)
+	}
+	ctl, err := bus.Encode(&bus.WorkerControl{V: bus.Version, Op: bus.ControlStatus})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := op.nc.RequestWithContext(ctx, "teamster.worker.worker-1.control", ctl)
+	if err != nil {
+		t.Fatalf("the operator asks worker-1 for its status: %v", err)
+	}
+	var st bus.WorkerControlReply
+	if err := bus.Decode(m.Data, &st); err != nil || st.Status != bus.StatusOK {
+		t.Errorf("worker-1 status: %s, %v", m.Data, err)
+	}
+
+	// A gateway cannot have another gateway's host answer its attempts'
+	// callbacks: the router refuses a hostId that is not the submitter's.
+	g2, err := client.New(spy.p.nc, client.WithGateway("gateway-2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g2.Submit(ctx, attempt("fleet:forged", "call gateway-1's host")); teamster.CodeOf(err) != teamster.CodeInvalidRequest {
+		t.Errorf("gateway-2 submits with gateway-1's hostId: %v, want invalid_request", err)
+	}
+
+	noViolations(t, append([]*principal{rp, gw, dp, op}, workers...)...)
+	spy.heardNothingOf(t, secret)
+}
+
+// shippedFleet is a router and two workers (the shipped worker-1.json and
+// worker-2.json) on a shipped NATS server, each logged in as its principal,
+// and the Redis they share.
+type shippedFleet struct {
+	router   *principal
+	workers  []*principal
+	newRedis func() *redis.Client
+}
+
+// startFleet starts a shippedFleet, its router reaping every 100 ms (so that
+// queue timeouts come quickly), and waits until the router sees both
+// workers' harnesses. The workers drain when the test ends, with no
+// permissions violation.
+func startFleet(ctx context.Context, t *testing.T, s *shipped) *shippedFleet {
+	t.Helper()
 	rd := testenv.NewRedis(t)
 	newRedis := func() *redis.Client {
 		c := redis.NewClient(&redis.Options{Addr: rd.Addr()})
@@ -91,150 +258,7 @@ func runFleet(t *testing.T, s *shipped) {
 		workers = append(workers, wp)
 	}
 	waitUntil(t, "the router sees both workers' harnesses", func() bool { return len(r.Manifests()) >= 4 })
-
-	// Gateway 2 listens everywhere it may, and must hear nothing of
-	// gateway 1's attempts (checked at the end).
-	spy := listenEverywhere(t, s, gateway2)
-
-	// The gateway answers host callbacks for its hostId, gateway-1.
-	gw := login(t, s, gateway1)
-	if _, err := gw.nc.Subscribe("teamster.host.gateway-1.>", func(m *nats.Msg) {
-		_ = m.Respond([]byte(`{"v":1,"status":"ok","result":{"answer":42}}`))
-	}); err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(gw.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	// An ok turn with a host tool call and usage: events to the gateway's
-	// inbox, the durable result, the host callback round trip.
-	h := submit(ctx, t, c, attempt("fleet:ok", `{"script":[{"say":"hi `+secret+`"},{"tool":{"name":"lookup","args":{"q":"`+secret+`"}}},{"usage":3}]}`))
-	res := waitResult(ctx, t, h)
-	if res.Status != teamster.StatusOK || !strings.Contains(strings.Join(res.AssistantTexts, ""), "42") {
-		t.Errorf("ok turn: %+v", res)
-	}
-	if _, err := c.Result(ctx, h.AttemptID()); err != nil {
-		t.Errorf("the gateway cannot read the durable result: %v", err)
-	}
-
-	// A long turn, a second turn of the same session that the reaper ends
-	// with queue_timeout (router publishes the result and the event), then
-	// the gateway cancels the long turn on the worker running it.
-	long := submit(ctx, t, c, attempt("fleet:long", `{"script":[{"sleep":30000}]}`))
-	waitEvent(ctx, t, long, bus.EventClaimed)
-	queued := attempt("fleet:long", "behind the long turn")
-	queued.QueueTimeoutMs = 200
-	if res := waitResult(ctx, t, submit(ctx, t, c, queued)); res.Error == nil || res.Error.Code != teamster.CodeQueueTimeout {
-		t.Errorf("queued turn: %+v, want queue_timeout", res)
-	}
-	// Injection and source authority go through the routers; whether or not
-	// a router serves those subjects yet, the bus must let them through.
-	for subj, body := range map[string]string{
-		bus.SubjectInject:      `{"v":1,"sessionKey":"fleet:long","text":"also this ` + secret + `","authorityKind":"run"}`,
-		bus.SubjectSourceGrant: `{"v":1,"id":"src-1","generation":1}`,
-	} {
-		if _, err := gw.nc.RequestWithContext(ctx, subj, []byte(body)); err != nil && !errors.Is(err, nats.ErrNoResponders) {
-			t.Errorf("the gateway requests %s: %v", subj, err)
-		}
-	}
-	if err := c.Cancel(ctx, long.AttemptID(), "test"); err != nil {
-		t.Errorf("the gateway cannot cancel: %v", err)
-	}
-	if res := waitResult(ctx, t, long); res.Status != teamster.StatusCancelled {
-		t.Errorf("cancelled turn: %+v", res)
-	}
-
-	// The owner creates a locked session pinned to codex; the delegate
-	// continues it on its own subject with the exact stored facts, and its
-	// events and result come back to its own inbox.
-	locked := true
-	voice := attempt("fleet:voice", "hello from the phone")
-	voice.HostID = ""
-	if err := c.SessionOp(ctx, bus.SessionCreate, bus.SessionOp{SessionKey: voice.SessionKey, SessionID: voice.SessionID,
-		StorePath: voice.StorePath, AgentID: voice.AgentID, AgentHarnessID: "codex", ModelSelectionLocked: &locked}); err != nil {
-		t.Errorf("the gateway creates a session: %v", err)
-	}
-	voice.AgentHarnessID, voice.AgentHarnessRuntimeOverride, voice.ModelSelectionLocked = "codex", "codex", true
-	dp := login(t, s, delegate)
-	dc, err := client.New(dp.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dh, err := dc.SubmitAsDelegate(ctx, "voice-call", voice)
-	switch {
-	case err == nil:
-		t.Cleanup(dh.Close)
-		if res := waitResult(ctx, t, dh); res.Status != teamster.StatusOK {
-			t.Errorf("delegate turn: %+v", res)
-		}
-	case teamster.CodeOf(err) != teamster.CodeInternal:
-		t.Logf("delegate turn refused by the router (not a bus matter): %v", err)
-	default:
-		t.Errorf("delegate submit: %v", err)
-	}
-	// Owner-only operations: the reset asks a worker hosting the pinned
-	// harness to clear its native state (router → teamster.harness.codex.reset).
-	if err := c.SessionOp(ctx, bus.SessionReset, bus.SessionOp{SessionKey: voice.SessionKey, SessionID: "sid-2"}); err != nil {
-		t.Errorf("the gateway resets a session: %v", err)
-	}
-
-	// The operator reads the registry and a result, and asks a worker for
-	// its status.
-	op := login(t, s, operator)
-	ojs, err := jetstream.New(op.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	entries, err := bus.ReadRegistry(ctx, ojs)
-	if err != nil || len(entries) != 2 {
-		t.Errorf("the operator reads the registry: %d entries, %v", len(entries), err)
-	}
-	if _, err := bus.GetResult(ctx, ojs, h.AttemptID()); err != nil {
-		t.Errorf("the operator reads a result: %v", err)
-	}
-	// teamster status: the harness consumers' queue depths.
-	attempts, err := ojs.Stream(ctx, bus.StreamAttempts)
-	if err != nil {
-		t.Fatalf("the operator looks up %s: %v", bus.StreamAttempts, err)
-	}
-	consumers := attempts.ConsumerNames(ctx)
-	for name := range consumers.Name() {
-		if cons, err := attempts.Consumer(ctx, name); err != nil {
-			t.Errorf("the operator reads consumer %s: %v", name, err)
-		} else if _, err := cons.Info(ctx); err != nil {
-			t.Errorf("the operator reads consumer %s: %v", name, err)
-		}
-	}
-	if err := consumers.Err(); err != nil {
-		t.Errorf("the operator lists the harness consumers: %v", err)
-	}
-	ctl, err := bus.Encode(&bus.WorkerControl{V: bus.Version, Op: bus.ControlStatus})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := op.nc.RequestWithContext(ctx, "teamster.worker.worker-1.control", ctl)
-	if err != nil {
-		t.Fatalf("the operator asks worker-1 for its status: %v", err)
-	}
-	var st bus.WorkerControlReply
-	if err := bus.Decode(m.Data, &st); err != nil || st.Status != bus.StatusOK {
-		t.Errorf("worker-1 status: %s, %v", m.Data, err)
-	}
-
-	// A gateway cannot have another gateway's host answer its attempts'
-	// callbacks: the router refuses a hostId that is not the submitter's.
-	g2, err := client.New(spy.p.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := g2.SubmitAsGateway(ctx, "gateway-2", attempt("fleet:forged", "call gateway-1's host")); teamster.CodeOf(err) != teamster.CodeInvalidRequest {
-		t.Errorf("gateway-2 submits with gateway-1's hostId: %v, want invalid_request", err)
-	}
-
-	noViolations(t, append([]*principal{rp, gw, dp, op}, workers...)...)
-	spy.heardNothingOf(t, secret)
+	return &shippedFleet{router: rp, workers: workers, newRedis: newRedis}
 }
 
 // secret marks gateway-1's prompts, tool arguments and steering; no byte of
@@ -303,7 +327,7 @@ func attempt(session, prompt string) *bus.Attempt {
 
 func submit(ctx context.Context, t *testing.T, c *client.Client, a *bus.Attempt) *client.Handle {
 	t.Helper()
-	h, err := c.SubmitAsGateway(ctx, a.HostID, a)
+	h, err := c.Submit(ctx, a)
 	if err != nil {
 		t.Fatalf("submit %s: %v", a.SessionKey, err)
 	}

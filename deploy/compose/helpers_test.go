@@ -35,6 +35,7 @@ const (
 func testSpec() credentials.Spec {
 	s := credentials.ComposeSpec()
 	s.Gateways = append(s.Gateways, "gateway-2")
+	s.Delegates = append(s.Delegates, "voice-call@gateway-2")
 	return s
 }
 
@@ -128,14 +129,21 @@ func clientURL(s *shipped) string {
 	return "tls://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Addr().(*net.TCPAddr).Port))
 }
 
-// principalOf is the principal of a user name <role>-<name> (Principal.ID).
+// principalOf is the principal of a user name <role>-<name>, or a
+// delegate's delegate-<pluginId>@<gatewayId> (Principal.ID).
 func principalOf(t testing.TB, user string) credentials.Principal {
 	t.Helper()
 	role, name, ok := strings.Cut(user, "-")
 	if !ok {
 		t.Fatalf("user %q is not <role>-<name>", user)
 	}
-	return credentials.Principal{Role: role, Name: name}
+	p := credentials.Principal{Role: role, Name: name}
+	if role == credentials.RoleDelegate {
+		if p.Name, p.Gateway, ok = strings.Cut(name, "@"); !ok {
+			t.Fatalf("delegate %q is not delegate-<pluginId>@<gatewayId>", user)
+		}
+	}
+	return p
 }
 
 // connectOpts are how principal user connects: its NKey, the deployment's

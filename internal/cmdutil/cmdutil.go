@@ -86,8 +86,12 @@ type Common struct {
 	NATSCert  string
 	NATSKey   string
 	NATSNKey  string
-	// NATSInbox is the connection's inbox prefix ("": nats.go's _INBOX).
+	// NATSInbox is the connection's inbox prefix ("": nats.go's _INBOX, or
+	// the gateway's own, _INBOX.gateway.<Gateway>, when Gateway is set).
 	NATSInbox string
+	// Gateway is the gateway (tenant) a command acts as ("": the unnamed
+	// tenant); the CLI's --gateway.
+	Gateway string
 	// RedisPasswordFile holds the password of the URL's user, so that the
 	// URL, which names no secret then, can sit in a committed file.
 	RedisPasswordFile string
@@ -131,8 +135,11 @@ func (c *Common) natsAuth() ([]nats.Option, error) {
 		}
 		opts = append(opts, o)
 	}
-	if c.NATSInbox != "" {
+	switch {
+	case c.NATSInbox != "":
 		opts = append(opts, nats.CustomInboxPrefix(c.NATSInbox))
+	case c.Gateway != "":
+		opts = append(opts, nats.CustomInboxPrefix("_INBOX.gateway."+c.Gateway))
 	}
 	if c.NATSCA != "" {
 		opts = append(opts, nats.RootCAs(c.NATSCA))

@@ -10,14 +10,17 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/teamster-fleet/teamster/bus"
 )
 
 // Spec is who and what a deployment has.
 type Spec struct {
-	Gateways  []string // gateway ids (each is also the gateway's hostId)
-	Delegates []string // delegate plugin ids
+	Gateways []string // gateway ids (each is also the gateway's hostId)
+	// Delegates are <pluginId>@<gatewayId>: a delegate plugin bound to the
+	// gateway (tenant) whose sessions it continues.
+	Delegates []string
 	Routers   []string // router ids (TEAMSTER_ROUTER_ID)
 	Workers   []string // worker ids (the worker config's workerId)
 	Operators []string // operators' names
@@ -34,7 +37,7 @@ type Spec struct {
 func ComposeSpec() Spec {
 	return Spec{
 		Gateways:    []string{"gateway-1"},
-		Delegates:   []string{"voice-call"},
+		Delegates:   []string{"voice-call@gateway-1"},
 		Routers:     []string{"router-1", "router-2"},
 		Workers:     []string{"worker-1", "worker-2", "worker-3"},
 		Operators:   []string{"operator"},
@@ -57,14 +60,24 @@ func (s Spec) Principals() ([]Principal, error) {
 	} {
 		seen := map[string]bool{}
 		for _, n := range r.names {
-			if err := bus.CheckID(r.role, n); err != nil {
+			p := Principal{Role: r.role, Name: n}
+			if r.role == RoleDelegate {
+				var ok bool
+				if p.Name, p.Gateway, ok = strings.Cut(n, "@"); !ok {
+					return nil, fmt.Errorf("delegate %q is not <pluginId>@<gatewayId>: a delegate is bound to the gateway whose sessions it continues", n)
+				}
+				if err := bus.CheckID("delegate's gateway", p.Gateway); err != nil {
+					return nil, err
+				}
+			}
+			if err := bus.CheckID(r.role, p.Name); err != nil {
 				return nil, err
 			}
 			if seen[n] {
 				return nil, fmt.Errorf("%s %q is named twice", r.role, n)
 			}
 			seen[n] = true
-			out = append(out, Principal{Role: r.role, Name: n})
+			out = append(out, p)
 		}
 	}
 	for _, h := range append(append([]string{}, s.NATSHosts...), s.RedisHosts...) {

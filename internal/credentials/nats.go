@@ -28,15 +28,26 @@ const (
 type Principal struct {
 	Role string
 	Name string
+	// Gateway is the gateway a delegate is bound to: the tenant whose
+	// sessions it continues (delegates only).
+	Gateway string
 }
 
 // ID is the principal's file name stem and NATS connection name,
-// <role>-<name>.
-func (p Principal) ID() string { return p.Role + "-" + p.Name }
+// <role>-<name>, and a delegate's delegate-<pluginId>@<gatewayId>.
+func (p Principal) ID() string {
+	if p.Role == RoleDelegate {
+		return p.Role + "-" + p.Name + "@" + p.Gateway
+	}
+	return p.Role + "-" + p.Name
+}
 
 // InboxPrefix is where the principal's replies and deliveries go, and the
 // only place under _INBOX it may subscribe.
 func (p Principal) InboxPrefix() string {
+	if p.Role == RoleDelegate {
+		return bus.DelegateInboxPrefix(p.Gateway, p.Name)
+	}
 	prefix, _ := bus.InboxPrefix(p.Role, p.Name) // names are checked by Spec.Check
 	return prefix
 }
@@ -52,6 +63,31 @@ type Permissions struct {
 	ResponsesExpire string
 }
 
+// gatewaySubjects are the identified forms of every request a gateway sends
+// (bus.Identified): its own subjects only, so that the router takes its
+// identity from the subject.
+func gatewaySubjects(gateway string) []string {
+	var out []string
+	for _, s := range []string{
+		bus.SubjectSubmit, bus.SubjectInject, bus.SubjectSessionOps, bus.SubjectSourceGrant, bus.SubjectSourceRevoke,
+		bus.SubjectRunInjects, bus.SubjectRunCancels,
+		bus.SubjectRunReads, // reply attachments from a run's workspace, with its host's token
+		bus.SubjectGetResult, bus.SubjectGetHarnesses,
+	} {
+		id, _ := bus.Identified(s, gateway)
+		out = append(out, id)
+	}
+	return out
+}
+
+// plainGatewaySubjects are the plain (unnamed tenant's) forms of the same
+// requests, denied to every gateway and delegate outright.
+var plainGatewaySubjects = []string{
+	bus.SubjectSubmit, bus.SubjectSubmitDelegates, bus.SubjectInject, bus.SubjectSessionOps,
+	bus.SubjectSourceGrant, bus.SubjectSourceRevoke, bus.SubjectRunInjects, bus.SubjectRunCancels, bus.SubjectRunReads,
+	bus.SubjectGetResult, bus.SubjectGetHarnesses,
+}
+
 // jsRead are the JetStream API requests that read a stream: its
 // information (with a subjects filter, the keys of a KV bucket), a stored
 // message by sequence or, by direct get, by subject.
@@ -65,14 +101,19 @@ func jsRead(stream string) []string {
 }
 
 // neverForGateways are subjects no gateway or delegate publishes, denied
-// outright so that a widened allow list cannot let them in by accident.
+// outright so that a widened allow list cannot let them in by accident:
+// among them the whole JetStream API. NATS checks no permission on a
+// request's reply subject, and JetStream publishes its answer there, where
+// a stream that captures the subject stores it: any JetStream call would
+// let a gateway write into another tenant's result subject or the
+// registry. Gateways read results and harnesses through the routers
+// (teamster.get.*), which answer only inside the sender's inbox.
 var neverForGateways = []string{
 	"teamster.attempt.>",
 	"teamster.result.>",
 	"teamster.worker.>",
 	"teamster.harness.>",
-	"$JS.API.STREAM.CREATE.>", "$JS.API.STREAM.UPDATE.>", "$JS.API.STREAM.DELETE.>", "$JS.API.STREAM.PURGE.>",
-	"$JS.API.CONSUMER.>",
+	"$JS.>",
 	"$KV.>", "$O.>",
 }
 
@@ -82,22 +123,9 @@ func PermissionsOf(p Principal) Permissions {
 	inbox := p.InboxPrefix() + ".>"
 	switch p.Role {
 	case RoleGateway:
-		pub := []string{
-			"teamster.submit.gateway." + p.Name,
-			"teamster.inject",
-			"teamster.session.>",
-			"teamster.source.grant",
-			"teamster.source.revoke",
-			"teamster.run.*.inject",
-			"teamster.run.*.cancel",
-			"teamster.run.*.read", // reply attachments from a run's workspace, with its host's token
-			"$JS.API.INFO",
-		}
-		pub = append(pub, jsRead(bus.StreamResults)...)
-		pub = append(pub, jsRead("KV_"+bus.BucketWorkers)...)
 		return Permissions{
-			PublishAllow: pub,
-			PublishDeny:  append([]string{"teamster.submit", "teamster.submit.delegate.>"}, neverForGateways...),
+			PublishAllow: gatewaySubjects(p.Name),
+			PublishDeny:  append(append([]string{"teamster.submit.delegate.>"}, plainGatewaySubjects...), neverForGateways...),
 			// Host callbacks are requests from workers, answered on their
 			// reply subject through the response grant: one answer each,
 			// within the attempt's deadline (a userInput callback may wait
@@ -106,10 +134,11 @@ func PermissionsOf(p Principal) Permissions {
 			ResponsesMax:   1, ResponsesExpire: "24h",
 		}
 	case RoleDelegate:
+		submit, _ := bus.Identified("teamster.submit.delegate."+p.Name, p.Gateway)
 		return Permissions{
-			PublishAllow: []string{"teamster.submit.delegate." + p.Name},
-			PublishDeny: append([]string{"teamster.submit", "teamster.submit.gateway.>", "teamster.inject",
-				"teamster.session.>", "teamster.source.>", "teamster.run.>", "$JS.API.>"}, neverForGateways...),
+			PublishAllow: []string{submit},
+			PublishDeny: append(append([]string{"teamster.submit.gateway.>", "teamster.inject.>",
+				"teamster.session.>", "teamster.source.>", "teamster.run.>", "$JS.API.>"}, plainGatewaySubjects...), neverForGateways...),
 			SubscribeAllow: []string{inbox},
 		}
 	case RoleRouter:
@@ -120,6 +149,9 @@ func PermissionsOf(p Principal) Permissions {
 				"teamster.worker.*.run.*.inject", // relays of teamster.inject and teamster.run.<id>.*
 				"teamster.worker.*.run.*.cancel",
 				"teamster.worker.*.run.*.read",
+				"teamster.worker.*.run.*.inject.gateway.*", // the same for a gateway's runs
+				"teamster.worker.*.run.*.cancel.gateway.*",
+				"teamster.worker.*.run.*.read.gateway.*",
 				"teamster.worker.*.control",
 				"teamster.harness.*.reset", // after a session reset or delete
 				"teamster.source.revoked",  // the revoke broadcast to every worker
@@ -129,20 +161,8 @@ func PermissionsOf(p Principal) Permissions {
 				"$JS.API.>",                  // the control plane: streams, consumers, buckets
 				"$JS.FC.>",                   // flow control of the registry watch
 			},
-			SubscribeAllow: []string{
-				"teamster.submit " + bus.QueueRouters,
-				"teamster.submit.gateway.* " + bus.QueueRouters,
-				"teamster.submit.delegate.* " + bus.QueueRouters,
-				"teamster.inject " + bus.QueueRouters,
-				"teamster.run.*.inject " + bus.QueueRouters,
-				"teamster.run.*.cancel " + bus.QueueRouters,
-				"teamster.run.*.read " + bus.QueueRouters,
-				"teamster.session.* " + bus.QueueRouters,
-				"teamster.source.grant " + bus.QueueRouters,
-				"teamster.source.revoke " + bus.QueueRouters,
-				inbox,
-			},
-			ResponsesMax: 1, ResponsesExpire: "2m",
+			SubscribeAllow: append(routerServes(), inbox),
+			ResponsesMax:   1, ResponsesExpire: "2m",
 		}
 	case RoleWorker:
 		pub := []string{
@@ -205,6 +225,16 @@ func PermissionsOf(p Principal) Permissions {
 		}
 	}
 	return Permissions{}
+}
+
+// routerServes are the subscriptions of a router: every gateway subject in
+// its plain and identified forms, in queue group routers.
+func routerServes() []string {
+	var out []string
+	for _, s := range plainGatewaySubjects {
+		out = append(out, s+" "+bus.QueueRouters, bus.IdentifiedPattern(s)+" "+bus.QueueRouters)
+	}
+	return out
 }
 
 // natsKeys are a principal's NKey: the seed file the principal logs in with

@@ -3,6 +3,8 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 
@@ -29,7 +31,25 @@ func (hf *hostileFleet) catalogue() []hostileCase {
 		const g, subj = "teamster.submit", bus.SubjectSubmit
 		generic(g, subj, replySubmit)
 		base := `"v":1,"agentId":"main","sessionKey":"hostile:submit","sessionId":"sid","provider":"openai","modelId":"gpt-5.6-sol","prompt":"hi","modelProvider":{"runtimePolicy":{"compatibleIds":["codex"]}}`
-		with := func(extra string) []byte { return []byte("{" + base + "," + extra + "}") }
+		// with sets fields over base's (a field both name takes extra's
+		// value), so that each case is refused for what it names and not
+		// for naming a member twice, which has cases of its own.
+		with := func(extra string) []byte {
+			var m, x map[string]json.RawMessage
+			if err := json.Unmarshal([]byte("{"+base+"}"), &m); err != nil {
+				panic(err)
+			}
+			if err := json.Unmarshal([]byte("{"+extra+"}"), &x); err != nil {
+				panic(fmt.Sprintf("%s: %v", extra, err))
+			}
+			maps.Copy(m, x)
+			b, err := json.Marshal(m)
+			if err != nil {
+				panic(err)
+			}
+			return b
+		}
+		twice := func(extra string) []byte { return []byte("{" + base + "," + extra + "}") }
 		without := func(field string) []byte {
 			var m map[string]json.RawMessage
 			if err := json.Unmarshal([]byte("{"+base+"}"), &m); err != nil {
@@ -45,6 +65,11 @@ func (hf *hostileFleet) catalogue() []hostileCase {
 			want outcome
 		}{
 			{"a delegate field", with(`"delegate":"voice-call"`), invalid},
+			{"a tenant field", with(`"tenant":"gateway-2"`), invalid},
+			{"sessionKey twice", twice(`"sessionKey":"hostile:other"`), invalid},
+			{"sessionKey twice, in another case", twice(`"SESSIONKEY":"hostile:other"`), invalid},
+			{"a member twice inside modelProvider", with(`"modelProvider":{"requestTransportOverrides":"none","requestTransportOverrides":"present"}`), invalid},
+			{"sessionKey with invalid UTF-8", []byte("{" + base[:strings.Index(base, `"sessionKey"`)] + "\"sessionKey\":\"a\xffb\"," + base[strings.Index(base, `"sessionId"`):] + "}"), invalid},
 			{"a delegate field, null", with(`"delegate":null`), invalid},
 			{"a delegate field, an object", with(`"delegate":{"id":"voice-call"}`), invalid},
 			{"a delegate field, empty", with(`"delegate":""`), invalid},

@@ -25,6 +25,9 @@ type Router struct {
 	Adopted   prometheus.Counter     // records made to agree with the durable result
 	NodeMarks prometheus.Counter     // slots whose Redis node the routers saw change
 	Injected  *prometheus.CounterVec // inject requests routed, by outcome
+	// Unanswerable counts requests dropped unanswered because their reply
+	// subject lies outside the sender's own inbox.
+	Unanswerable prometheus.Counter
 	// Queue is the attempts waiting per harness and state (QueueUndelivered,
 	// QueueHeld); one router at a time exports it (router/heartbeat.go).
 	Queue *prometheus.GaugeVec
@@ -71,6 +74,8 @@ func NewRouter(reg prometheus.Registerer) *Router {
 			Help: "Hash slots whose serving Redis node the router saw change (a failover, restart or data loss): their sessions' next fence epochs wait the quarantine."}),
 		Injected: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: "router", Name: "injections_total",
 			Help: "Inject requests the router routed, by outcome (accepted or an error code)."}, []string{"outcome"}),
+		Unanswerable: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Subsystem: "router", Name: "requests_unanswerable_total",
+			Help: "Requests the router dropped without acting on them because their reply subject lies outside the sender's own inbox (_INBOX.gateway.<id> for a gateway, _INBOX.delegate.<id>.<pluginId> for a delegate bound to it, _INBOX for the unnamed tenant): a router never publishes anywhere else on a sender's behalf."}),
 		Queue: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "queue_attempts",
 			Help: "Attempts waiting, by harness and state: undelivered (fetched by no worker yet: no free slot) or held (delivered, waiting behind an earlier turn of their session). Exported by one router at a time, the live router with the lowest id, so sums across routers are the fleet's figure."},
 			[]string{"harness", "state"}),

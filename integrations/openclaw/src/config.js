@@ -41,12 +41,17 @@ const MAX_INBOX_PREFIX = 200;
  *
  * Keys:
  *   natsUrl            NATS URL(s) of the fleet (string or list)
- *   gatewayId          this gateway's identity on the fleet: submits go to
- *                      teamster.submit.gateway.<gatewayId>, hostId is it, and
- *                      the inbox prefix defaults to _INBOX.gateway.<gatewayId>
+ *   gatewayId          this gateway's identity on the fleet (its tenant):
+ *                      submits go to teamster.submit.gateway.<gatewayId>,
+ *                      every other request to its identified subject
+ *                      (<subject>.gateway.<gatewayId>), hostId is it, and
+ *                      the inbox prefix defaults to _INBOX.gateway.<gatewayId>;
+ *                      with delegatePluginId, the gateway the delegate is
+ *                      bound to
  *   inboxPrefix        prefix of every reply subject the connection asks for
- *                      (default: _INBOX.gateway.<gatewayId>, else
- *                      _INBOX.delegate.<delegatePluginId>, else _INBOX)
+ *                      (default: _INBOX.gateway.<gatewayId>; for a delegate
+ *                      _INBOX.delegate.<gatewayId>.<delegatePluginId>, or
+ *                      _INBOX.delegate.<delegatePluginId> unbound; else _INBOX)
  *   credsFile          NATS credentials file (JWT + nkey seed)
  *   nkeyFile           NATS NKey seed file (the user seed, SU...)
  *   token              NATS token; user / password: NATS user and password
@@ -60,8 +65,11 @@ const MAX_INBOX_PREFIX = 200;
  *   resultPollMs       how often the durable result is checked while waiting
  *   hostId             host id for host callbacks (default: gatewayId, else
  *                      opts.defaultHostId); with gatewayId it must be gatewayId
- *   delegatePluginId   submit as this delegate (teamster.submit.delegate.<id>);
- *                      not with gatewayId
+ *   delegatePluginId   submit as this delegate: bound to gateway gatewayId,
+ *                      on teamster.submit.delegate.<id>.gateway.<gatewayId>
+ *                      (the fleet's shipped permissions know only bound
+ *                      delegates); without gatewayId, on
+ *                      teamster.submit.delegate.<id>
  *   harnessId          the OpenClaw harness id this plugin registers ("teamster")
  *   advertiseTools     send OpenClaw's tool surface with each attempt
  *   routes             { "<provider>" | "<provider>/<model>": route }, route =
@@ -118,13 +126,11 @@ export function resolveConfig(raw = {}, env = {}, { defaultHostId } = {}) {
     c.gatewayId = fromEnv("gatewayId");
   }
   if (c.gatewayId !== undefined) {
-    // A gateway's host callbacks go to its own host id: the fleet refuses an
-    // attempt whose hostId is not the submitting gateway's.
+    // A gateway's host callbacks go to its own host id (a bound delegate's
+    // to its gateway's): the fleet refuses an attempt whose hostId is not
+    // the submitter's tenant.
     if (c.hostId !== undefined && c.hostId !== c.gatewayId) {
       throw new Error(`hostId ${JSON.stringify(c.hostId)} is not gatewayId ${JSON.stringify(c.gatewayId)}: a gateway's hostId is its gatewayId (leave hostId out)`);
-    }
-    if (c.delegatePluginId !== undefined) {
-      throw new Error(`gatewayId and delegatePluginId are two fleet identities (a gateway submits on teamster.submit.gateway.<gatewayId>, a delegate on teamster.submit.delegate.<pluginId>): configure one`);
     }
     c.hostId = c.gatewayId;
   } else if (c.hostId === undefined && defaultHostId !== undefined) {
@@ -136,10 +142,13 @@ export function resolveConfig(raw = {}, env = {}, { defaultHostId } = {}) {
       throw new Error(`inboxPrefix must be dot-separated tokens of letters, digits, _ and - (no wildcards), at most ${MAX_INBOX_PREFIX} characters`);
     }
     c.inboxPrefix = inboxPrefix;
+  } else if (c.delegatePluginId !== undefined) {
+    // A delegate bound to a gateway reads its replies under
+    // _INBOX.delegate.<gatewayId>.<pluginId>, the only inbox its
+    // permissions give it and where the fleet sends them.
+    c.inboxPrefix = c.gatewayId !== undefined ? `_INBOX.delegate.${c.gatewayId}.${c.delegatePluginId}` : `_INBOX.delegate.${c.delegatePluginId}`;
   } else if (c.gatewayId !== undefined) {
     c.inboxPrefix = `_INBOX.gateway.${c.gatewayId}`;
-  } else if (c.delegatePluginId !== undefined) {
-    c.inboxPrefix = `_INBOX.delegate.${c.delegatePluginId}`;
   }
   if (raw.advertiseTools !== undefined) {
     if (typeof raw.advertiseTools !== "boolean") throw new Error("advertiseTools must be a boolean");

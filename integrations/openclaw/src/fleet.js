@@ -1,22 +1,28 @@
 // Fleet: the plugin's one NATS connection to a teamster fleet, shared by every
 // turn of this OpenClaw process. It connects lazily (the first turn, or the
-// gateway service start), keeps a cached copy of the registry (KV
-// TEAMSTER_WORKERS, read every REGISTRY_POLL_MS) for supports(), and fails
-// closed with the NATS URL in every error when the fleet cannot be reached.
+// gateway service start), keeps a cached copy of the harnesses the fleet
+// hosts (teamster.get.harnesses, asked every REGISTRY_POLL_MS) for
+// supports(), and fails closed with the NATS URL in every error when the
+// fleet cannot be reached.
 //
 // What it asks of NATS stays within a gateway's shipped permissions: every
 // reply subject under the configured inbox prefix (the connection's
-// inboxPrefix: request replies, JetStream API replies and the attempts'
-// replyTo), and JetStream read-only: stream info and direct gets of the
-// registry's stream, the durable result by stream message get. It creates no
-// stream and no consumer (only the fleet's routers do).
+// inboxPrefix: request replies and the attempts' replyTo), and every request
+// on its identified subject when it has a gatewayId (wire.js identified),
+// the reads of durable results (teamster.get.result) and of the harnesses
+// (teamster.get.harnesses) among them. It makes no JetStream API call at
+// all ($JS.>, $KV.> and $O.> are denied to every gateway): NATS checks no
+// permission on a request's reply subject, and JetStream stores its answer
+// wherever a stream captures that subject, so the routers answer these
+// reads instead.
 
 import { readFileSync } from "node:fs";
 import {
   connect as natsConnect, credsAuthenticator, nkeyAuthenticator, NoRespondersError, PermissionViolationError, TimeoutError, createInbox,
 } from "@nats-io/transport-node";
-import { jetstreamManager } from "@nats-io/jetstream";
-import { BUCKET_WORKERS, STREAM_RESULTS, TeamsterError, decode, encode, resultSubject, validateResult } from "./wire.js";
+import {
+  SUBJECT_GET_HARNESSES, TeamsterError, VERSION, checkId, decode, encode, getHarnessesSubject, getResultSubject, validateResult,
+} from "./wire.js";
 import { Registry } from "./registry.js";
 
 /**
@@ -25,12 +31,8 @@ import { Registry } from "./registry.js";
  */
 export const REGISTRY_POLL_MS = 2000;
 
-/** KV TEAMSTER_WORKERS as JetStream stores it: its stream and its keys' subject prefix. */
-export const REGISTRY_STREAM = `KV_${BUCKET_WORKERS}`;
-export const REGISTRY_SUBJECT_PREFIX = `$KV.${BUCKET_WORKERS}.`;
-
-/** How many direct gets of registry keys one poll has in flight at most. */
-const REGISTRY_GET_CONCURRENCY = 16;
+/** The longest a registry or durable result read waits for the routers' answer. */
+const READ_TIMEOUT_MS = 5000;
 
 /** An NKey user seed (base32, 58 characters, SU...). */
 const USER_SEED = /\bSU[A-Z2-7]{56}\b/;
@@ -61,8 +63,8 @@ export function connectOptions(cfg, readFile = readFileSync) {
     maxReconnectAttempts: -1,
     reconnectTimeWait: 500,
   };
-  // Every reply subject this connection asks for (request muxing, JetStream
-  // API replies, createInbox in newInbox) starts with it.
+  // Every reply subject this connection asks for (request muxing,
+  // createInbox in newInbox) starts with it.
   if (cfg.inboxPrefix) o.inboxPrefix = cfg.inboxPrefix;
   if (cfg.credsFile) o.authenticator = credsAuthenticator(readFile(cfg.credsFile));
   // The seed is read when the server asks for it (each connect and
@@ -196,16 +198,14 @@ export class Fleet {
   }
 
   /**
-   * _pollRegistry reads KV TEAMSTER_WORKERS into the registry cache every
-   * registryPollMs while nc is the connection; best effort. A gateway may not
-   * create the consumer a KV watch needs, so it reads: the stream's info
-   * with a subjects filter lists the keys, a direct get per key reads its
-   * last revision. A failed read leaves the registry unknown until a read
-   * succeeds.
+   * _pollRegistry reads the harnesses the fleet hosts into the registry
+   * cache every registryPollMs while nc is the connection; best effort. A
+   * failed read (no router, a rejection, a timeout) leaves the registry
+   * unknown until a read succeeds, and is logged at debug once per distinct
+   * error.
    */
   _pollRegistry(nc) {
     const current = () => this._nc === nc && !nc.isClosed();
-    const seqs = new Map(); // key -> stream sequence of the revision in the cache
     let timer = null;
     let stopped = false;
     let lastError = "";
@@ -222,16 +222,17 @@ export class Fleet {
       if (stopped || !current()) return;
       if (!this._disconnected) {
         try {
-          const jsm = await jetstreamManager(nc, { checkAPI: false, timeout: Math.min(this.cfg.requestTimeoutMs, 5000) });
-          await this._readRegistry(jsm, seqs, () => stopped || !current());
-          if (!stopped && current()) this.registry.markKnown();
+          const manifests = await this._readRegistry();
+          if (!stopped && current()) {
+            this.registry.set(manifests);
+            this.registry.markKnown();
+          }
           lastError = "";
         } catch (err) {
           const msg = err?.message ?? String(err);
-          if (msg !== lastError) this.log.debug?.(`teamster: reading the fleet's registry (KV ${BUCKET_WORKERS}) at ${this.natsUrl} failed: ${msg}`);
+          if (msg !== lastError) this.log.debug?.(`teamster: reading the fleet's registry (${SUBJECT_GET_HARNESSES}) at ${this.natsUrl} failed: ${msg}`);
           lastError = msg;
           if (current() || this._nc === null) this.registry.reset();
-          seqs.clear();
         }
       }
       if (stopped || !current()) return;
@@ -243,40 +244,22 @@ export class Fleet {
   }
 
   /**
-   * _readRegistry reads the registry once: $JS.API.STREAM.INFO.KV_TEAMSTER_WORKERS
-   * with subjects_filter "$KV.TEAMSTER_WORKERS.>" lists the keys that have a
-   * message, then $JS.API.DIRECT.GET.KV_TEAMSTER_WORKERS.$KV.TEAMSTER_WORKERS.<key>
-   * reads each key's last message. Delete and purge markers (header
-   * KV-Operation DEL or PURGE) and keys gone from the stream (the bucket's
-   * TTL expired them) leave the cache. A key is put into the cache only
-   * when its revision changed, so that an entry ages by the time its last
-   * heartbeat was seen, as the registry's TTL check expects.
+   * _readRegistry asks the routers once for the harnesses the fleet hosts:
+   * teamster.get.harnesses (teamster.get.harnesses.gateway.<gatewayId> for
+   * a gateway with an identity), body {v: 1}; the reply {v, status: "ok",
+   * harnesses: [manifest, ...]} lists the manifests the live (active or
+   * draining) workers advertise, as the answering router sees its registry.
+   * Returns that list; a rejection or a malformed reply throws.
    */
-  async _readRegistry(jsm, seqs, cancelled) {
-    const si = await jsm.streams.info(REGISTRY_STREAM, { subjects_filter: `${REGISTRY_SUBJECT_PREFIX}>` });
-    const subjects = Object.keys(si?.state?.subjects ?? {}).filter((s) => s.startsWith(REGISTRY_SUBJECT_PREFIX));
-    const live = new Set();
-    let next = 0;
-    const worker = async () => {
-      while (next < subjects.length) {
-        const subject = subjects[next++];
-        const m = await jsm.direct.getMessage(REGISTRY_STREAM, { last_by_subj: subject });
-        if (!m) continue; // expired since the info
-        const op = m.header?.get("KV-Operation") ?? "";
-        if (op === "DEL" || op === "PURGE") continue;
-        const key = subject.slice(REGISTRY_SUBJECT_PREFIX.length);
-        live.add(key);
-        if (cancelled()) return;
-        if (seqs.get(key) !== m.seq || !this.registry.entries.has(key)) {
-          seqs.set(key, m.seq);
-          this.registry.put(key, m.data);
-        }
-      }
-    };
-    await Promise.all(Array.from({ length: Math.min(REGISTRY_GET_CONCURRENCY, subjects.length) }, worker));
-    if (cancelled()) return;
-    for (const key of [...this.registry.entries.keys()]) if (!live.has(key)) this.registry.delete(key);
-    for (const key of [...seqs.keys()]) if (!live.has(key)) seqs.delete(key);
+  async _readRegistry() {
+    const subject = getHarnessesSubject(this.cfg.gatewayId);
+    const rep = await this.request(subject, { v: VERSION }, Math.min(this.cfg.requestTimeoutMs, READ_TIMEOUT_MS));
+    if (rep.status === "rejected") throw rejected(rep, subject, this.natsUrl);
+    if (rep.status !== "ok") throw new TeamsterError("internal", `teamster: the reply on ${subject} from ${this.natsUrl} has status ${JSON.stringify(rep.status)}, not ok or rejected`);
+    // A Go router's empty list may come as null.
+    if (rep.harnesses === undefined || rep.harnesses === null) return [];
+    if (!Array.isArray(rep.harnesses)) throw new TeamsterError("internal", `teamster: the reply on ${subject} from ${this.natsUrl} has no harnesses list`);
+    return rep.harnesses;
   }
 
   /** Starts connecting in the background (gateway start); never throws. */
@@ -355,19 +338,36 @@ export class Fleet {
     return { unsubscribe: () => sub.unsubscribe() };
   }
 
-  /** getResult reads an attempt's durable result; null when there is none. */
+  /**
+   * getResult reads an attempt's durable result; null when there is none.
+   * The routers answer it: teamster.get.result
+   * (teamster.get.result.gateway.<gatewayId> for a gateway with an
+   * identity), body {v: 1, attemptId}; the reply {v, status: "ok", result}
+   * carries the result as stored (the data of the attempt's result event),
+   * and no result while there is none (not yet, not any more, or no attempt
+   * of this tenant's). A rejection, a malformed reply or a result of another
+   * attempt throws; no router, a timeout or a refused request throw as
+   * request() does.
+   */
   async getResult(attemptId) {
-    const nc = await this.conn();
-    const jsm = await jetstreamManager(nc, { checkAPI: false });
-    let sm;
+    checkId("attemptId", attemptId);
+    const subject = getResultSubject(this.cfg.gatewayId);
+    const rep = await this.request(subject, { v: VERSION, attemptId }, Math.min(this.cfg.requestTimeoutMs, READ_TIMEOUT_MS));
+    const what = `the durable result of ${attemptId} (${subject}) at ${this.natsUrl}`;
+    if (rep.status === "rejected") throw rejected(rep, subject, this.natsUrl, `reading ${what}`);
+    if (rep.status !== "ok") throw new TeamsterError("internal", `teamster: reading ${what} failed: reply status ${JSON.stringify(rep.status)}, not ok or rejected`);
+    if (rep.result === undefined || rep.result === null) return null;
+    const r = rep.result;
+    if (typeof r !== "object" || Array.isArray(r)) throw new TeamsterError("internal", `teamster: reading ${what} failed: the reply's result is not a JSON object`);
     try {
-      sm = await jsm.streams.getMessage(STREAM_RESULTS, { last_by_subj: resultSubject(attemptId) });
+      validateResult(r);
     } catch (err) {
-      if (/not found/i.test(err?.message ?? "") || err?.code === 404 || err?.api_error?.err_code === 10037) return null;
-      throw err;
+      throw new TeamsterError("internal", `teamster: reading ${what} failed: ${err?.message ?? err}`);
     }
-    if (!sm) return null;
-    return validateResult(decode(sm.data));
+    if (r.attemptId !== attemptId) {
+      throw new TeamsterError("internal", `teamster: reading ${what} failed: the reply carries the result of attempt ${r.attemptId}`);
+    }
+    return r;
   }
 
   /** close ends the connection for good (harness dispose, gateway stop). */
@@ -400,4 +400,13 @@ export class Fleet {
       }
     }
   }
+}
+
+/**
+ * rejected is the error of a router's rejected read: its code (internal
+ * unless the fleet's is known) and message, naming the subject and the URL.
+ */
+function rejected(rep, subject, natsUrl, what = `the request on ${subject} at ${natsUrl}`) {
+  const e = TeamsterError.from(rep.error, "no error given");
+  return new TeamsterError(e.code, `teamster: the fleet rejected ${what}: ${e.code}: ${e.message}`);
 }

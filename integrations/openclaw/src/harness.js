@@ -23,6 +23,7 @@ import {
   hostSubjects,
   newAttemptId,
   runCancelSubject,
+  sessionOpSubject,
   submitDelegateSubject,
   submitGatewaySubject,
   validateResult,
@@ -38,13 +39,15 @@ const sleep = (ms, signal) =>
   });
 
 /**
- * submitSubject is where this plugin submits: its gateway's own subject
- * (teamster.submit.gateway.<gatewayId>), its delegate's
- * (teamster.submit.delegate.<pluginId>), or the shared owner subject.
+ * submitSubject is where this plugin submits: its delegate's
+ * (teamster.submit.delegate.<pluginId>, and for a delegate bound to a
+ * gateway teamster.submit.delegate.<pluginId>.gateway.<gatewayId>), its
+ * gateway's own subject (teamster.submit.gateway.<gatewayId>), or the shared
+ * owner subject.
  */
 export function submitSubject(cfg) {
+  if (cfg.delegatePluginId) return submitDelegateSubject(cfg.delegatePluginId, cfg.gatewayId);
   if (cfg.gatewayId) return submitGatewaySubject(cfg.gatewayId);
-  if (cfg.delegatePluginId) return submitDelegateSubject(cfg.delegatePluginId);
   return SUBJECT_SUBMIT;
 }
 
@@ -100,7 +103,9 @@ const sessionBusyRetryMs = 15000;
  * session, and the fleet's record of it follows, so that the next turn
  * starts a new native thread: teamster.session.reset clears the native
  * binding, the stored native state and the model-selection lock
- * (teamster.session.delete, for a deleted session, removes the record). It
+ * (teamster.session.delete, for a deleted session, removes the record);
+ * a gateway sends it on the identified subject,
+ * teamster.session.<op>.gateway.<gatewayId>. It
  * is the owner's operation: a plugin configured as a delegate has none, and
  * does nothing. OpenClaw calls every harness's reset, so a session that
  * never ran on the fleet is answered ok (noRecord). A turn still running on
@@ -110,14 +115,14 @@ const sessionBusyRetryMs = 15000;
 export async function resetSession({ cfg, fleet, log, params }) {
   const sessionKey = params?.sessionKey;
   if (typeof sessionKey !== "string" || !sessionKey) return;
-  if (cfg.delegatePluginId && !cfg.gatewayId) {
+  if (cfg.delegatePluginId) {
     log.debug?.(`teamster: session ${sessionKey} ${params.reason ?? "reset"}: a delegate does not reset fleet sessions`);
     return;
   }
   const op = params.reason === "deleted" ? "delete" : "reset";
   const until = Date.now() + sessionBusyRetryMs;
   for (let wait = 100; ; wait = Math.min(wait * 2, 2000)) {
-    const rep = await fleet.request(`teamster.session.${op}`, { v: VERSION, sessionKey });
+    const rep = await fleet.request(sessionOpSubject(op, cfg.gatewayId), { v: VERSION, sessionKey });
     if (rep.status === "ok") {
       log.info?.(`teamster: session ${sessionKey} ${op} on the fleet (${params.reason ?? "unknown"})${rep.noRecord ? ": it had no fleet record" : ""}`);
       return;
@@ -500,7 +505,7 @@ export class Turn {
     const until = Date.now() + this.cfg.queueTimeoutMs + Math.max(this.cfg.settlementTimeoutMs, 5000);
     while (!this.result && !this.ended.signal.aborted && Date.now() < until) {
       try {
-        const rep = await this.fleet.request(runCancelSubject(this.attemptId), body, Math.min(this.cfg.requestTimeoutMs, 5000));
+        const rep = await this.fleet.request(runCancelSubject(this.attemptId, this.cfg.gatewayId), body, Math.min(this.cfg.requestTimeoutMs, 5000));
         if (rep.status === "ok" || rep.status === "accepted") return;
         if (rep.error?.code !== "no_active_run") return;
       } catch (err) {

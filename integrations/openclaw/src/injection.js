@@ -1,5 +1,6 @@
 // Active-run injection: the handle this plugin installs while a fleet turn
-// runs, so that steering reaches the fleet (teamster.run.<attemptId>.inject).
+// runs, so that steering reaches the fleet (teamster.run.<attemptId>.inject,
+// for a gateway teamster.run.<attemptId>.inject.gateway.<gatewayId>).
 //
 // How OpenClaw 2026.9.6 finds it (read from its dist; see README, "Steering"):
 // a message steered into a running gateway turn (chat.send with queueMode
@@ -34,7 +35,8 @@ function isImage(img) {
 
 export class Injector {
   /**
-   * fleet: request(subject, body, timeoutMs?, {beforeSend}); attemptId;
+   * fleet: request(subject, body, timeoutMs?, {beforeSend}) and cfg
+   * (its gatewayId names the identified inject subject); attemptId;
    * onAbort(reason): aborts the run; log: the plugin's logger; questions:
    * {sessionKey, claim, cancel}, OpenClaw's pending-question helpers
    * (claimPendingAgentQuestionAnswer, cancelPendingAgentQuestionForSession).
@@ -183,7 +185,7 @@ export class Injector {
     let rep;
     try {
       check();
-      rep = await this.fleet.request(runInjectSubject(this.attemptId), body, undefined, { beforeSend: check });
+      rep = await this.fleet.request(runInjectSubject(this.attemptId, this.fleet.cfg?.gatewayId), body, undefined, { beforeSend: check });
     } catch (err) {
       if (err?.uncertain === true) return this.uncertain(options, err, forget);
       forget();

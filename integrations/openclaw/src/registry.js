@@ -1,17 +1,18 @@
-// Registry: a cached copy of KV TEAMSTER_WORKERS. KV entries that expire
-// vanish without a delete notice, so, as routers do, an entry counts only
-// while its last update arrived less than the bucket TTL ago by this
-// process's own clock.
+// Registry: the plugin's cached copy of the harnesses the fleet hosts, as the
+// routers answer teamster.get.harnesses (the manifests live workers
+// advertise, as the answering router sees its registry). Each successful
+// poll replaces the list and stamps it with this process's clock; a list
+// not refreshed within the workers' registry TTL counts as empty, so that a
+// poll that stalls cannot keep a stale fleet alive in supports().
 
 export const REGISTRY_TTL_MS = 10_000;
-
-const decoder = new TextDecoder();
 
 export class Registry {
   constructor({ now = Date.now, ttlMs = REGISTRY_TTL_MS } = {}) {
     this.now = now;
     this.ttlMs = ttlMs;
-    this.entries = new Map();
+    this.manifests = [];
+    this.seenAt = 0;
     this.known = false;
   }
 
@@ -21,33 +22,22 @@ export class Registry {
 
   reset() {
     this.known = false;
-    this.entries.clear();
+    this.manifests = [];
+    this.seenAt = 0;
   }
 
-  put(key, value) {
-    let e;
-    try {
-      e = JSON.parse(typeof value === "string" ? value : decoder.decode(value));
-    } catch {
-      return;
-    }
-    if (!e || e.v !== 1 || typeof e.workerId !== "string" || !Array.isArray(e.harnesses)) return;
-    this.entries.set(key, { entry: e, seenAt: this.now() });
+  /**
+   * set replaces the cached manifests with the ones a poll read (seen now).
+   * Entries that are not manifests (objects with a string id) are dropped.
+   */
+  set(manifests) {
+    this.manifests = (Array.isArray(manifests) ? manifests : []).filter((m) => m && typeof m === "object" && !Array.isArray(m) && typeof m.id === "string");
+    this.seenAt = this.now();
   }
 
-  delete(key) {
-    this.entries.delete(key);
-  }
-
-  /** The manifests live (active or draining, fresh) workers advertise. */
+  /** The manifests live (active or draining) workers advertise; none when the list is stale. */
   liveManifests() {
-    const now = this.now();
-    const out = [];
-    for (const { entry, seenAt } of this.entries.values()) {
-      if (now - seenAt >= this.ttlMs) continue;
-      if (entry.state !== "active" && entry.state !== "draining") continue;
-      for (const m of entry.harnesses) if (m && typeof m.id === "string") out.push(m);
-    }
-    return out;
+    if (this.now() - this.seenAt >= this.ttlMs) return [];
+    return [...this.manifests];
   }
 }

@@ -8,8 +8,13 @@ export const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
 
 export const SUBJECT_SUBMIT = "teamster.submit";
 export const SUBJECT_INJECT = "teamster.inject";
-export const STREAM_RESULTS = "TEAMSTER_RESULTS";
-export const BUCKET_WORKERS = "TEAMSTER_WORKERS";
+/**
+ * A gateway's reads, answered by the fleet's routers (never JetStream, which
+ * a gateway may not call at all): an attempt's durable result, and the
+ * harnesses the live workers advertise.
+ */
+export const SUBJECT_GET_RESULT = "teamster.get.result";
+export const SUBJECT_GET_HARNESSES = "teamster.get.harnesses";
 
 /** Bounds of an attempt's timeouts (docs/PROTOCOL.md, "Envelopes"). */
 export const MAX_TIMEOUT_MS = 86_400_000;
@@ -71,25 +76,90 @@ export function checkId(field, s) {
   return s;
 }
 
+export const SUBJECT_SESSION = "teamster.session";
+export const SUBJECT_SOURCE_GRANT = "teamster.source.grant";
+export const SUBJECT_SOURCE_REVOKE = "teamster.source.revoke";
+
+/** The session operations of teamster.session.<op> (docs/PROTOCOL.md, "Sessions"). */
+export const SESSION_OPS = Object.freeze(["create", "patch", "reset", "delete", "archive"]);
+
+/**
+ * identified is a router-bound subject in the sender's identified form: a
+ * gateway with an identity (gatewayId) is a tenant, and every request it
+ * sends goes on <subject>.gateway.<gatewayId>, the only form the fleet's
+ * NATS permissions let it publish; the router takes the tenant from that
+ * last token, never from a body. Without a gatewayId (a fleet without
+ * per-principal permissions) it is the plain subject.
+ */
+export function identified(subject, gatewayId) {
+  if (gatewayId === undefined || gatewayId === null || gatewayId === "") return subject;
+  return `${subject}.gateway.${checkId("gatewayId", gatewayId)}`;
+}
+
 /** teamster.submit.gateway.<gatewayId>: an owner submit from a gateway with an identity. */
 export function submitGatewaySubject(gatewayId) {
   return `teamster.submit.gateway.${checkId("gatewayId", gatewayId)}`;
 }
 
-export function submitDelegateSubject(pluginId) {
-  return `teamster.submit.delegate.${checkId("pluginId", pluginId)}`;
+/**
+ * teamster.submit.delegate.<pluginId>: a delegate's submit; a delegate bound
+ * to gateway gatewayId (the tenant whose sessions it continues) submits on
+ * teamster.submit.delegate.<pluginId>.gateway.<gatewayId>.
+ */
+export function submitDelegateSubject(pluginId, gatewayId) {
+  return identified(`teamster.submit.delegate.${checkId("pluginId", pluginId)}`, gatewayId);
 }
 
-export function runInjectSubject(attemptId) {
-  return `teamster.run.${checkId("attemptId", attemptId)}.inject`;
+/** teamster.inject (a source-bound injection), identified for a gateway. */
+export function injectSubject(gatewayId) {
+  return identified(SUBJECT_INJECT, gatewayId);
 }
 
-export function runCancelSubject(attemptId) {
-  return `teamster.run.${checkId("attemptId", attemptId)}.cancel`;
+/** teamster.run.<attemptId>.inject, identified for a gateway. */
+export function runInjectSubject(attemptId, gatewayId) {
+  return identified(`teamster.run.${checkId("attemptId", attemptId)}.inject`, gatewayId);
 }
 
-export function resultSubject(attemptId) {
-  return `teamster.result.${checkId("attemptId", attemptId)}`;
+/** teamster.run.<attemptId>.cancel, identified for a gateway. */
+export function runCancelSubject(attemptId, gatewayId) {
+  return identified(`teamster.run.${checkId("attemptId", attemptId)}.cancel`, gatewayId);
+}
+
+/** teamster.run.<attemptId>.read (reply media from the run's workspace), identified for a gateway. */
+export function runReadSubject(attemptId, gatewayId) {
+  return identified(`teamster.run.${checkId("attemptId", attemptId)}.read`, gatewayId);
+}
+
+/** teamster.session.<op>, identified for a gateway. */
+export function sessionOpSubject(op, gatewayId) {
+  if (!SESSION_OPS.includes(op)) throw new TeamsterError("invalid_request", `session operation ${JSON.stringify(String(op).slice(0, 40))} is not one of ${SESSION_OPS.join(", ")}`);
+  return identified(`${SUBJECT_SESSION}.${op}`, gatewayId);
+}
+
+/** teamster.source.grant, identified for a gateway. */
+export function sourceGrantSubject(gatewayId) {
+  return identified(SUBJECT_SOURCE_GRANT, gatewayId);
+}
+
+/** teamster.source.revoke, identified for a gateway. */
+export function sourceRevokeSubject(gatewayId) {
+  return identified(SUBJECT_SOURCE_REVOKE, gatewayId);
+}
+
+/**
+ * teamster.get.result, identified for a gateway: the routers answer with the
+ * durable result of one of the sender's attempts (body {v, attemptId}).
+ */
+export function getResultSubject(gatewayId) {
+  return identified(SUBJECT_GET_RESULT, gatewayId);
+}
+
+/**
+ * teamster.get.harnesses, identified for a gateway: the routers answer with
+ * the manifests the live workers advertise (body {v}).
+ */
+export function getHarnessesSubject(gatewayId) {
+  return identified(SUBJECT_GET_HARNESSES, gatewayId);
 }
 
 /** teamster.host.<hostId>.<attemptId>.> : every host callback of one attempt. */

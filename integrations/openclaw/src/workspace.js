@@ -1,17 +1,20 @@
 // Reading files of the worker's workspace while a fleet turn stages its
 // reply attachments (docs/PROTOCOL.md, "Reply media"): the worker serves
-// teamster.run.<attemptId>.read, relayed by the routers, to the holder of
-// the replyMedia callback's token, until the plugin answers that callback.
+// teamster.run.<attemptId>.read (for a gateway its identified form,
+// teamster.run.<attemptId>.read.gateway.<gatewayId>), relayed by the
+// routers, to the holder of the replyMedia callback's token, until the
+// plugin answers that callback.
 
 import { posix } from "node:path";
-import { TeamsterError, VERSION } from "./wire.js";
+import { TeamsterError, VERSION, runReadSubject } from "./wire.js";
 
 /** CHUNK is one read's length: bus.MaxReadChunk. */
 export const CHUNK = 512 * 1024;
 
 export class WorkspaceReader {
   /**
-   * fleet: request(subject, body); attemptId and token: the run's;
+   * fleet: request(subject, body) and cfg (its gatewayId names the
+   * identified read subject); attemptId and token: the run's;
    * LocalMediaAccessError: OpenClaw's (openclaw/plugin-sdk/web-media), so
    * that a missing file gives OpenClaw's "File not found" notice.
    */
@@ -39,7 +42,7 @@ export class WorkspaceReader {
     let offset = 0;
     for (;;) {
       signal?.throwIfAborted();
-      const rep = await this.fleet.request(`teamster.run.${this.attemptId}.read`, { v: VERSION, token: this.token, path, offset, length: CHUNK });
+      const rep = await this.fleet.request(runReadSubject(this.attemptId, this.fleet.cfg?.gatewayId), { v: VERSION, token: this.token, path, offset, length: CHUNK });
       if (rep.status !== "ok") {
         const msg = `${relativePath}: ${rep.error?.message ?? "refused"}`;
         if (rep.reason === "not_found") throw this.accessError("not-found", msg);

@@ -285,10 +285,14 @@ export function gatewayIdentity(creds, id) {
   return { gatewayId: id, nkeyFile: creds.seed("gateway", id), tlsCaFile: creds.ca };
 }
 
-/** delegateIdentity is the plugin config of delegate pluginId (inbox _INBOX.delegate.<pluginId>). */
-export function delegateIdentity(creds, pluginId) {
+/**
+ * delegateIdentity is the plugin config of delegate pluginId bound to
+ * gateway gatewayId (its credentials' principal delegate-<pluginId>@<gatewayId>;
+ * inbox _INBOX.delegate.<gatewayId>.<pluginId>).
+ */
+export function delegateIdentity(creds, pluginId, gatewayId) {
   if (!creds) return { delegatePluginId: pluginId };
-  return { delegatePluginId: pluginId, nkeyFile: creds.seed("delegate", pluginId), tlsCaFile: creds.ca };
+  return { delegatePluginId: pluginId, gatewayId, nkeyFile: creds.seed("delegate", `${pluginId}@${gatewayId}`), tlsCaFile: creds.ca };
 }
 
 /**
@@ -298,12 +302,14 @@ export function delegateIdentity(creds, pluginId) {
  */
 export function cliEnv(natsUrl, creds, id) {
   const env = { ...process.env, TEAMSTER_NATS_URL: natsUrl };
-  for (const k of ["TEAMSTER_NATS_NKEY", "TEAMSTER_NATS_CREDS", "TEAMSTER_NATS_TLS_CA", "TEAMSTER_NATS_INBOX_PREFIX"]) delete env[k];
+  for (const k of ["TEAMSTER_NATS_NKEY", "TEAMSTER_NATS_CREDS", "TEAMSTER_NATS_TLS_CA", "TEAMSTER_NATS_INBOX_PREFIX", "TEAMSTER_GATEWAY"]) delete env[k];
   if (creds) {
+    // The CLI acts as the gateway (its tenant: its own subjects and results).
     Object.assign(env, {
       TEAMSTER_NATS_NKEY: creds.seed("gateway", id),
       TEAMSTER_NATS_TLS_CA: creds.ca,
       TEAMSTER_NATS_INBOX_PREFIX: `_INBOX.gateway.${id}`,
+      TEAMSTER_GATEWAY: id,
     });
   }
   return env;

@@ -1,8 +1,9 @@
 // Real NATS for the unit tests. Every unit test that touches NATS talks to a
-// real nats-server (JetStream on) on a free loopback port, started for its
-// test file (useNatsServer) and stopped after it; the test plays teamster's
-// router and worker on the contract's real subjects with the real NATS client
-// (FleetPlay). Nothing stands in for NATS.
+// real nats-server on a free loopback port, started for its test file
+// (useNatsServer) and stopped after it; the test plays teamster's router and
+// worker on the contract's real subjects with the real NATS client
+// (FleetPlay), the routers' answers to a gateway's reads (teamster.get.result,
+// teamster.get.harnesses) among them. Nothing stands in for NATS.
 //
 // The server binary: TEAMSTER_NATS_SERVER when it is set (scripts/test.sh
 // builds it once per run and sets it), else built here with
@@ -16,11 +17,9 @@ import { accessSync, constants, existsSync, readFileSync, rmSync, writeFileSync 
 import { join } from "node:path";
 import { after, before } from "node:test";
 import { connect, nkeyAuthenticator, nkeys } from "@nats-io/transport-node";
-import { DiscardPolicy, StorageType, jetstream, jetstreamManager } from "@nats-io/jetstream";
-import { Kvm } from "@nats-io/kv";
 import { Fleet } from "../../src/fleet.js";
 import { resolveConfig } from "../../src/config.js";
-import { BUCKET_WORKERS, STREAM_RESULTS, VERSION, decode, encode, resultSubject } from "../../src/wire.js";
+import { SUBJECT_GET_HARNESSES, SUBJECT_GET_RESULT, VERSION, decode, encode, validId } from "../../src/wire.js";
 import { Proc, freePort, repoRoot, tempDir } from "./env.js";
 
 const NATS_SERVER_MODULE = "github.com/nats-io/nats-server/v2";
@@ -76,7 +75,7 @@ export function natsServerBinary() {
 }
 
 /**
- * startNatsServer starts nats-server with JetStream on a free loopback port
+ * startNatsServer starts nats-server (JetStream on, as the fleet runs it) on a free loopback port
  * and returns {url, port, stop()}; it throws, with the server's output, when
  * the server does not start. With secure (secureServerConfig's result) the
  * server serves TLS only and admits only its NKey users; the result carries
@@ -164,28 +163,37 @@ export function makeTlsFiles(dir) {
 
 /**
  * gatewayPermissions are a gateway's NATS permissions as the fleet ships
- * them (issue 27): its own submit subject, the owner's control subjects,
- * read-only JetStream (durable results; the registry by stream info and
- * direct get, no consumer), replies to the host callbacks it is asked, and
- * subscriptions only under its inbox and its host id. $JS.API.INFO is left
- * out: the plugin never asks for it.
+ * them (internal/credentials PermissionsOf): a gateway is a tenant, and
+ * publishes only the identified form of each request
+ * (<subject>.gateway.<gatewayId>, its own submit subject and its reads of
+ * results and harnesses among them), never the plain one; it makes no
+ * JetStream API call at all ($JS.>, $KV.>, $O.> are denied: NATS checks no
+ * permission on a request's reply subject, and JetStream stores its answer
+ * wherever a stream captures that subject); it answers the host callbacks it
+ * is asked and subscribes only under its inbox and its host id.
  */
 export function gatewayPermissions(gatewayId) {
+  const id = (s) => `${s}.gateway.${gatewayId}`;
+  const requests = [
+    "teamster.submit",
+    "teamster.inject",
+    "teamster.session.*",
+    "teamster.source.grant",
+    "teamster.source.revoke",
+    "teamster.run.*.inject",
+    "teamster.run.*.cancel",
+    "teamster.run.*.read",
+    SUBJECT_GET_RESULT,
+    SUBJECT_GET_HARNESSES,
+  ];
   return {
     publish: {
-      allow: [
-        `teamster.submit.gateway.${gatewayId}`,
-        "teamster.inject",
-        "teamster.session.>",
-        "teamster.source.grant",
-        "teamster.source.revoke",
-        "teamster.run.*.cancel",
-        "teamster.run.*.inject",
-        "$JS.API.STREAM.INFO.TEAMSTER_RESULTS",
-        "$JS.API.STREAM.MSG.GET.TEAMSTER_RESULTS",
-        "$JS.API.DIRECT.GET.TEAMSTER_RESULTS.>",
-        "$JS.API.STREAM.INFO.KV_TEAMSTER_WORKERS",
-        "$JS.API.DIRECT.GET.KV_TEAMSTER_WORKERS.>",
+      allow: requests.map(id),
+      deny: [
+        "teamster.submit.delegate.>",
+        ...requests,
+        "teamster.attempt.>", "teamster.result.>", "teamster.worker.>", "teamster.harness.>",
+        "$JS.>", "$KV.>", "$O.>",
       ],
     },
     subscribe: { allow: [`_INBOX.gateway.${gatewayId}.>`, `teamster.host.${gatewayId}.>`] },
@@ -259,10 +267,13 @@ export async function until(cond, what, timeoutMs = 5000) {
 /**
  * FleetPlay plays teamster's router and worker on real subjects, over its own
  * connection to the test's nats-server: it serves teamster.submit (queue group
- * "routers") and teamster.run.<id>.cancel / .inject, publishes events to an
- * attempt's replyTo, calls the gateway's host callbacks, writes the registry
- * (KV TEAMSTER_WORKERS) and stores durable results (TEAMSTER_RESULTS).
- * Every request it receives is kept in requests ({subject, body}).
+ * "routers") and teamster.run.<id>.cancel / .inject (plain and identified,
+ * .gateway.<gatewayId>), publishes events to an attempt's replyTo, calls the
+ * gateway's host callbacks, and answers a gateway's reads as the routers do
+ * (routerReads): teamster.get.result from the durable results it stores
+ * (storeResult), teamster.get.harnesses from the worker entries of its
+ * registry (registry()). Every request it receives is kept in requests
+ * ({subject, body}), the reads in reads.
  */
 export class FleetPlay {
   /** connect opens a FleetPlay on server, closed after the test t. */
@@ -276,16 +287,26 @@ export class FleetPlay {
   constructor(nc) {
     this.nc = nc;
     this.requests = [];
+    this.reads = [];
     this.attempts = [];
     this.subs = [];
+    // The routers' view: durable results by tenant ("" without a gateway id)
+    // and attempt id, worker entries by worker id.
+    this.results = new Map();
+    this.workerEntries = new Map();
+    // When set ({code, message}), the reads of results or harnesses are
+    // rejected with it.
+    this.rejectReads = { result: null, harnesses: null };
+    this._reading = null;
   }
 
   /**
    * serve answers requests on subject: handler(body, {subject, respond,
    * play}) returns the reply (sent for it), or calls respond(reply) itself
    * (to publish events after the reply), or returns undefined: no reply.
+   * Each request is kept in record (requests unless given).
    */
-  async serve(subject, handler, { queue } = {}) {
+  async serve(subject, handler, { queue, record = this.requests } = {}) {
     const sub = this.nc.subscribe(subject, {
       queue,
       callback: (err, m) => {
@@ -296,7 +317,7 @@ export class FleetPlay {
         } catch {
           return;
         }
-        this.requests.push({ subject: m.subject, body });
+        record.push({ subject: m.subject, body });
         let replied = false;
         const respond = (obj) => {
           if (replied || !m.reply) return;
@@ -341,13 +362,17 @@ export class FleetPlay {
   }
 
   /**
-   * worker serves teamster.run.*.cancel and teamster.run.*.inject with the
-   * handlers given; a null handler leaves the subject unserved.
+   * worker serves teamster.run.*.cancel and teamster.run.*.inject, in their
+   * plain and their identified forms (teamster.run.*.cancel.gateway.*, as a
+   * gateway with an identity sends them), with the handlers given; a null
+   * handler leaves the subject unserved.
    */
   async worker({ onCancel, onInject } = {}) {
-    if (onCancel !== null) await this.serve("teamster.run.*.cancel", onCancel ?? (() => ({ v: VERSION, status: "ok" })));
-    if (onInject !== null) {
-      await this.serve("teamster.run.*.inject", onInject ?? (() => ({ v: VERSION, status: "rejected", error: { code: "no_active_run", message: "no run" } })));
+    for (const form of ["", ".gateway.*"]) {
+      if (onCancel !== null) await this.serve(`teamster.run.*.cancel${form}`, onCancel ?? (() => ({ v: VERSION, status: "ok" })));
+      if (onInject !== null) {
+        await this.serve(`teamster.run.*.inject${form}`, onInject ?? (() => ({ v: VERSION, status: "rejected", error: { code: "no_active_run", message: "no run" } })));
+      }
     }
   }
 
@@ -374,28 +399,74 @@ export class FleetPlay {
     return decode(m.data);
   }
 
-  /** storeResult stores a durable result on teamster.result.<attemptId> in TEAMSTER_RESULTS. */
-  async storeResult(r) {
-    const jsm = await jetstreamManager(this.nc);
-    try {
-      await jsm.streams.info(STREAM_RESULTS);
-    } catch {
-      await jsm.streams.add({
-        name: STREAM_RESULTS,
-        subjects: ["teamster.result.>"],
-        storage: StorageType.File,
-        max_msgs_per_subject: 1,
-        discard: DiscardPolicy.New,
-        discard_new_per_subject: true,
-        max_age: 24 * 3600 * 1e9,
-      });
-    }
-    await jetstream(this.nc).publish(resultSubject(r.attemptId), encode(r), { msgID: r.attemptId });
+  /**
+   * routerReads serves, once per play, teamster.get.result and
+   * teamster.get.harnesses in their plain and identified forms
+   * (.gateway.<gatewayId>), in queue group "routers", as the fleet's routers
+   * answer them: the sender's tenant is the gateway id its subject names
+   * (none on the plain subject). A result read answers {v, status: "ok",
+   * result} with the result stored for that tenant and attempt, or
+   * {v, status: "ok"} without one; a harnesses read answers the manifests of
+   * the active and draining workers in the registry. rejectReads.result and
+   * rejectReads.harnesses make them rejections instead.
+   */
+  routerReads() {
+    this._reading ??= (async () => {
+      const tenantOf = (subject) => {
+        const i = subject.lastIndexOf(".gateway.");
+        return i < 0 ? "" : subject.slice(i + ".gateway.".length);
+      };
+      const reject = (error) => ({ v: VERSION, status: "rejected", error });
+      const result = (body, { subject }) => {
+        if (this.rejectReads.result) return reject(this.rejectReads.result);
+        if (!validId(body.attemptId)) return reject({ code: "invalid_request", message: "attemptId is not an id" });
+        const r = this.results.get(`${tenantOf(subject)}/${body.attemptId}`);
+        return r === undefined ? { v: VERSION, status: "ok" } : { v: VERSION, status: "ok", result: r };
+      };
+      const harnesses = () => {
+        if (this.rejectReads.harnesses) return reject(this.rejectReads.harnesses);
+        const live = [...this.workerEntries.values()].filter((e) => e.state === "active" || e.state === "draining");
+        return { v: VERSION, status: "ok", harnesses: live.flatMap((e) => e.harnesses ?? []) };
+      };
+      for (const form of ["", ".gateway.*"]) {
+        await this.serve(`${SUBJECT_GET_RESULT}${form}`, result, { queue: "routers", record: this.reads });
+        await this.serve(`${SUBJECT_GET_HARNESSES}${form}`, harnesses, { queue: "routers", record: this.reads });
+      }
+    })();
+    return this._reading;
   }
 
-  /** workers opens (creating it) KV TEAMSTER_WORKERS: entries expire 10 s after their last put. */
-  workers() {
-    return new Kvm(this.nc).create(BUCKET_WORKERS, { ttl: 10_000, history: 1 });
+  /** readsOn lists the bodies of the reads received on subject. */
+  readsOn(subject) {
+    return this.reads.filter((r) => r.subject === subject).map((r) => r.body);
+  }
+
+  /**
+   * storeResult stores a durable result as the fleet does, for the unnamed
+   * tenant or for gateway gatewayId's attempt, and serves the routers' reads
+   * of it (routerReads).
+   */
+  async storeResult(r, gatewayId) {
+    this.results.set(`${gatewayId ?? ""}/${r.attemptId}`, JSON.parse(JSON.stringify(r)));
+    await this.routerReads();
+  }
+
+  /**
+   * registry serves the routers' reads (routerReads) and returns the fleet's
+   * worker registry as they see it: put(workerId, entry) adds or replaces a
+   * worker's entry ({v, workerId, state, harnesses}, an object or its JSON),
+   * delete(workerId) removes it.
+   */
+  async registry() {
+    await this.routerReads();
+    return {
+      put: async (workerId, entry) => {
+        this.workerEntries.set(workerId, typeof entry === "string" ? JSON.parse(entry) : entry);
+      },
+      delete: async (workerId) => {
+        this.workerEntries.delete(workerId);
+      },
+    };
   }
 
   async flush() {

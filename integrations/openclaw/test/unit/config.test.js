@@ -22,7 +22,15 @@ test("gatewayId: the gateway's submit subject, host id and inbox prefix", () => 
   for (const bad of ["", "a.b", "-x", "x*", "a".repeat(65), 7]) {
     assert.throws(() => resolveConfig({ gatewayId: bad }), /gatewayId must match/, JSON.stringify(bad));
   }
-  assert.throws(() => resolveConfig({ gatewayId: "gw-1", delegatePluginId: "voice-call" }), /gatewayId and delegatePluginId are two fleet identities/);
+});
+
+test("delegatePluginId with gatewayId: a delegate bound to the gateway, its subject and inbox", () => {
+  const c = resolveConfig({ gatewayId: "gw-1", delegatePluginId: "voice-call" }, {}, { defaultHostId: "oc-123" });
+  assert.equal(c.inboxPrefix, "_INBOX.delegate.gw-1.voice-call");
+  assert.equal(c.hostId, "gw-1", "a bound delegate's attempts call back its gateway's host id");
+  assert.equal(submitSubject(c), "teamster.submit.delegate.voice-call.gateway.gw-1");
+  assert.throws(() => resolveConfig({ gatewayId: "gw-1", delegatePluginId: "voice-call", hostId: "h2" }), /hostId "h2" is not gatewayId "gw-1"/);
+  assert.equal(resolveConfig({ gatewayId: "gw-1", delegatePluginId: "v", inboxPrefix: "_INBOX.x" }).inboxPrefix, "_INBOX.x");
 });
 
 test("without gatewayId: the owner subject or the delegate's, and their inboxes", () => {

@@ -2,18 +2,18 @@
 // verified over TLS) against a real nats-server that enforces a gateway's
 // shipped permissions (test/support/nats.js gatewayPermissions): it
 // subscribes only under _INBOX.gateway.<id> and teamster.host.<id>, publishes
-// only its own submit subject and the owner's run subjects, and reads
-// JetStream without creating a consumer. The test's FleetPlay (router and
-// worker) connects as an unrestricted "admin" user.
+// only the identified forms of its requests (<subject>.gateway.<id>), reads
+// its own durable results and the fleet's harnesses through the routers
+// (teamster.get.result / teamster.get.harnesses .gateway.<id>), and makes no
+// JetStream API call at all. The test's FleetPlay (router and worker)
+// connects as an unrestricted "admin" user.
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { connect as natsConnect, createInbox } from "@nats-io/transport-node";
-import { jetstreamManager } from "@nats-io/jetstream";
-import { Kvm } from "@nats-io/kv";
-import { REGISTRY_STREAM, connectOptions } from "../../src/fleet.js";
-import { Turn, createTeamsterHarness } from "../../src/harness.js";
-import { VERSION } from "../../src/wire.js";
+import { connectOptions } from "../../src/fleet.js";
+import { Turn, createTeamsterHarness, resetSession } from "../../src/harness.js";
+import { VERSION, encode } from "../../src/wire.js";
 import { FleetPlay, pluginFleet, secureServerConfig, until, useNatsServer } from "../support/nats.js";
 import { params } from "../support/params.js";
 
@@ -42,10 +42,10 @@ function recorder() {
   return { warns, info() {}, debug() {}, warn: (m) => warns.push(m) };
 }
 
-test("a gateway runs a turn under its shipped permissions: own inbox, own submit subject, own host id, registry and result read-only", async (t) => {
+test("a gateway runs a turn under its shipped permissions: own inbox, own submit subject, own host id, registry and result read through the routers", async (t) => {
   const play = await FleetPlay.connect(t, nats);
-  const kv = await play.workers();
-  await kv.put("w1", JSON.stringify({ v: 1, workerId: "w1", state: "active", harnesses: [{ id: "codex", autoSelection: { providerIds: ["openai"] } }] }));
+  const reg = await play.registry();
+  await reg.put("w1", { v: 1, workerId: "w1", state: "active", harnesses: [{ id: "codex", autoSelection: { providerIds: ["openai"] } }] });
   // The router accepts and the worker claims; the result is only stored
   // durably (no result event), so the turn reads it with getResult.
   await play.router(
@@ -57,10 +57,6 @@ test("a gateway runs a turn under its shipped permissions: own inbox, own submit
     { subject: "teamster.submit.gateway.*" },
   );
   await play.worker();
-  // The JetStream API requests the gateway makes (its replies come under its inbox).
-  const api = new Set();
-  play.nc.subscribe("$JS.API.>", { callback: (_err, m) => m.reply?.startsWith("_INBOX.gateway.g1.") && api.add(m.subject) });
-  await play.flush();
   const log = recorder();
   const fleet = pluginFleet(t, nats, gatewayConfig("g1"), { logger: log });
   const h = createTeamsterHarness({ cfg: fleet.cfg, fleet });
@@ -85,40 +81,102 @@ test("a gateway runs a turn under its shipped permissions: own inbox, own submit
   assert.equal(rep.status, "ok", JSON.stringify(rep));
   assert.deepEqual(rep.result.content, [{ type: "text", text: "found x" }]);
   await until(() => partials.length === 1, "the partial event on the gateway's inbox");
-  await play.storeResult({ v: 1, attemptId: a.attemptId, status: "ok", assistantTexts: ["hi"], usage: { outputTokens: 1 } });
+  await play.storeResult({ v: 1, attemptId: a.attemptId, status: "ok", assistantTexts: ["hi"], usage: { outputTokens: 1 } }, "g1");
   const out = await run;
   assert.deepEqual(out.terminal, { kind: "ok" });
   assert.deepEqual(out.assistantTexts, ["hi"]);
-  // Read-only JetStream: the registry's stream info and direct gets, the result's message get.
-  assert.deepEqual([...api].sort(), [
-    "$JS.API.DIRECT.GET.KV_TEAMSTER_WORKERS.$KV.TEAMSTER_WORKERS.w1",
-    "$JS.API.STREAM.INFO.KV_TEAMSTER_WORKERS",
-    "$JS.API.STREAM.MSG.GET.TEAMSTER_RESULTS",
-  ]);
-  // The server refused nothing, and the plugin created no consumer.
+  // The registry and the durable result were read through the routers, on
+  // the gateway's identified subjects, and the server refused nothing (a
+  // JetStream API call would have been: $JS.>, $KV.> and $O.> are denied).
+  assert.deepEqual([...new Set(play.reads.map((r) => r.subject))].sort(), ["teamster.get.harnesses.gateway.g1", "teamster.get.result.gateway.g1"]);
+  assert.ok(play.readsOn("teamster.get.result.gateway.g1").every((b) => b.v === VERSION && b.attemptId === a.attemptId));
   assert.deepEqual(log.warns.filter((w) => /Permissions Violation/i.test(w)), []);
-  const jsm = await jetstreamManager(play.nc);
-  assert.deepEqual(await jsm.consumers.list(REGISTRY_STREAM).next(), []);
 });
 
-test("the permissions bite: a KV watch (a consumer), the default _INBOX and another gateway's submit subject are refused", async (t) => {
+test("a gateway sends every request on its identified subject and reads only its own results", async (t) => {
   const play = await FleetPlay.connect(t, nats);
-  await play.workers();
+  await play.registry();
+  await play.router(undefined, { subject: "teamster.submit.gateway.*" });
+  await play.worker({
+    onCancel: (body, { respond }) => {
+      respond({ v: VERSION, status: "ok" });
+      play.result(play.attempt, 2, { status: "cancelled", error: { code: "cancelled", message: body.reason, sideEffects: "possible" } });
+    },
+  });
+  await play.serve("teamster.session.*.gateway.*", () => ({ v: VERSION, status: "ok" }));
+  const log = recorder();
+  const fleet = pluginFleet(t, nats, gatewayConfig("g1"), { logger: log });
+
+  // An abort cancels on teamster.run.<attemptId>.cancel.gateway.g1.
+  const ac = new AbortController();
+  const run = new Turn({ cfg: fleet.cfg, fleet, runtime: {}, log, params: params({ abortSignal: ac.signal }) }).run();
+  await until(() => play.attempt, "the attempt");
+  const a = play.attempt;
+  ac.abort();
+  const out = await run;
+  assert.equal(out.terminal.kind, "aborted");
+  assert.equal(play.requestsOn(`teamster.run.${a.attemptId}.cancel.gateway.g1`).length, 1);
+  assert.equal(play.requestsOn(`teamster.run.${a.attemptId}.cancel`).length, 0);
+
+  // A session reset goes on teamster.session.reset.gateway.g1.
+  await resetSession({ cfg: fleet.cfg, fleet, log, params: { sessionKey: "agent:main:x", reason: "reset" } });
+  assert.deepEqual(play.requestsOn("teamster.session.reset.gateway.g1"), [{ v: VERSION, sessionKey: "agent:main:x" }]);
+
+  // The durable result of g1's attempt X is teamster.result.g1.X: another
+  // gateway's result under the same id and the unnamed tenant's are not it.
+  const id = "01TENANT00000000000000000X";
+  const r = { v: 1, attemptId: id, status: "ok", assistantTexts: ["mine"], usage: { outputTokens: 1 } };
+  await play.storeResult({ ...r, assistantTexts: ["g2's"] }, "g2");
+  await play.storeResult({ ...r, assistantTexts: ["nobody's"] });
+  assert.equal(await fleet.getResult(id), null);
+  await play.storeResult(r, "g1");
+  assert.deepEqual(await fleet.getResult(id), r);
+  assert.deepEqual(log.warns.filter((w) => /Permissions Violation/i.test(w)), []);
+
+  assert.deepEqual(play.readsOn("teamster.get.result.gateway.g1").filter((b) => b.attemptId === id), [{ v: VERSION, attemptId: id }, { v: VERSION, attemptId: id }]);
+
+  // The plain subjects, another gateway's reads, the result subjects and the
+  // whole JetStream API (even of its own results: JetStream would store its
+  // answer wherever a stream captures the reply subject) are refused to the
+  // gateway.
+  const nc = await natsConnect({ ...connectOptions(fleet.cfg), name: "unit-plain" });
+  t.after(() => nc.close());
+  for (const subject of [
+    `teamster.run.${a.attemptId}.cancel`,
+    "teamster.session.reset",
+    "teamster.get.result",
+    "teamster.get.harnesses",
+    "teamster.get.result.gateway.g2",
+    "teamster.get.harnesses.gateway.g2",
+    `teamster.result.g1.${id}`,
+    "$JS.API.INFO",
+    `$JS.API.DIRECT.GET.TEAMSTER_RESULTS.teamster.result.g1.${id}`,
+    `$JS.API.DIRECT.GET.TEAMSTER_RESULTS.teamster.result.g2.${id}`,
+    "$JS.API.DIRECT.GET.TEAMSTER_RESULTS",
+    "$JS.API.STREAM.MSG.GET.TEAMSTER_RESULTS",
+    "$JS.API.STREAM.INFO.TEAMSTER_RESULTS",
+    "$JS.API.STREAM.INFO.KV_TEAMSTER_WORKERS",
+    "$JS.API.DIRECT.GET.KV_TEAMSTER_WORKERS.$KV.TEAMSTER_WORKERS.w1",
+    "$JS.API.CONSUMER.CREATE.KV_TEAMSTER_WORKERS",
+    "$KV.TEAMSTER_WORKERS.w1",
+    "$O.TEAMSTER_NATIVE_STATE.x",
+  ]) {
+    await assert.rejects(nc.request(subject, encode({ v: VERSION }), { timeout: 1000 }), /Permissions Violation for Publish/, subject);
+  }
+});
+
+test("the permissions bite: the default _INBOX and another gateway's submit subject are refused", async (t) => {
+  const play = await FleetPlay.connect(t, nats);
+  await play.registry();
   await play.router(undefined, { subject: "teamster.submit.gateway.*" });
   const opts = connectOptions(pluginFleet(t, nats, gatewayConfig("g1")).cfg);
   // Without the gateway's inbox prefix, no reply reaches it.
   const plain = await natsConnect({ ...opts, inboxPrefix: undefined, name: "unit-no-prefix" });
   t.after(() => plain.close());
   await assert.rejects(plain.request("teamster.submit.gateway.g1", new TextEncoder().encode("{}"), { timeout: 1000 }), /Permissions Violation for Subscription to "_INBOX\.[A-Za-z0-9]+\.\*"/);
-  // Under it, a KV watch's consumer create is refused.
-  const nc = await natsConnect({ ...opts, name: "unit-watch" });
+  // Under it, a subscription under the default _INBOX is refused.
+  const nc = await natsConnect({ ...opts, name: "unit-inbox" });
   t.after(() => nc.close());
-  const kv = await new Kvm(nc).open("TEAMSTER_WORKERS");
-  await assert.rejects((async () => {
-    const w = await kv.watch();
-    for await (const _ of w) break;
-  })(), /Permissions Violation for Publish to "\$JS\.API\.CONSUMER\.CREATE\.KV_TEAMSTER_WORKERS\./);
-  // And so is a subscription under the default _INBOX.
   const errors = [];
   (async () => {
     for await (const s of nc.status()) if (s.type === "error") errors.push(s.error?.message ?? "");

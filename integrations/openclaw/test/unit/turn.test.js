@@ -191,7 +191,7 @@ test("the durable result is read when the result event is lost", async (t) => {
   const { fleet, play } = await acceptingFleet(t);
   const run = new Turn({ cfg: fleet.cfg, fleet, runtime: {}, log: {}, params: params() }).run();
   const a = await waitAttempt(play);
-  // No result event: the worker's result is only in TEAMSTER_RESULTS.
+  // No result event: the worker's result is only stored durably, read through the routers (teamster.get.result).
   await play.storeResult({ v: 1, attemptId: a.attemptId, status: "ok", assistantTexts: ["from the stream"], usage: { outputTokens: 0 } });
   const out = await run;
   assert.deepEqual(out.terminal, { kind: "ok" });
@@ -583,10 +583,15 @@ test("reset resets the fleet session (delete for a deleted one), waits out a run
   await assert.rejects(resetSession({ cfg: fleet.cfg, fleet, log, params: { sessionKey: "agent:main:z" } }),
     (e) => e.code === "owner_only" && /session agent:main:z: not the owner/.test(e.message));
   refuse = false;
-  // A delegate sends nothing.
+  // A delegate, bound to a gateway or not, sends nothing.
   const m = play.requests.length;
   await resetSession({ cfg: { ...fleet.cfg, gatewayId: undefined, delegatePluginId: "voice-call" }, fleet, log, params: { sessionKey: "agent:main:x" } });
+  await resetSession({ cfg: { ...fleet.cfg, gatewayId: "gw-1", delegatePluginId: "voice-call" }, fleet, log, params: { sessionKey: "agent:main:x" } });
   assert.equal(play.requests.length, m);
+  // A gateway with an identity sends on the identified subject, teamster.session.<op>.gateway.<gatewayId>.
+  await play.serve("teamster.session.*.gateway.*", () => ({ v: 1, status: "ok" }));
+  await resetSession({ cfg: { ...fleet.cfg, gatewayId: "gw-1" }, fleet, log, params: { sessionKey: "agent:main:x", reason: "deleted" } });
+  assert.deepEqual(play.requests.slice(m).map((r) => [r.subject, r.body]), [["teamster.session.delete.gateway.gw-1", { v: 1, sessionKey: "agent:main:x" }]]);
 });
 
 test("userInput asks the turn's user through OpenClaw's question path and answers the fleet with the reply", async () => {
