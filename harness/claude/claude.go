@@ -217,7 +217,7 @@ func (h *claudeHarness) run(ctx context.Context, run *harness.Run, final bool) (
 	if err != nil {
 		return nil, err
 	}
-	creds, err := h.s.credentialsFor(run.Attempt.AuthProfileRef)
+	creds, err := h.s.credentialsFor(run.Attempt.Tenant, run.Attempt.AuthProfileRef)
 	if err != nil {
 		return nil, errs.FailedNone("%v", err)
 	}

@@ -170,9 +170,11 @@
 //
 // The attempt's authProfileRef names an entry of the settings' authProfiles,
 // which names the worker variable holding that profile's key (and optionally
-// a base URL); without a ref the settings' apiKeyEnv (default
-// ANTHROPIC_API_KEY) is read. A missing profile or an unset variable fails
-// the attempt (harness_failed, sideEffects none), naming the variable. The
+// a base URL) and the gateways whose attempts may name it; without a ref the
+// settings' apiKeyEnv (default ANTHROPIC_API_KEY) is read. A missing
+// profile, another gateway's, or an unset variable fails the attempt
+// (harness_failed, sideEffects none), naming the variable; another
+// gateway's profile fails as a missing one does. The
 // key is passed only as the child's ANTHROPIC_API_KEY (the CLI sends it as
 // x-api-key); it is never logged, and never in an event or a result. The
 // child inherits only a short list of the worker's variables (PATH, locale,

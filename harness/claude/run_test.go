@@ -314,11 +314,12 @@ func TestNoPromptOnceTheLeaseIsNotCurrent(t *testing.T) {
 // key comes from; an unknown profile, or an unset variable, fails before
 // anything starts, naming the variable but never a key.
 func TestAuthProfiles(t *testing.T) {
-	e := claudetest.NewEndpoint(t, claudetest.Reply{Text: "hi, team a"})
+	e := claudetest.NewEndpoint(t, claudetest.Reply{Text: "hi, team a"}, claudetest.Reply{Text: "hi, gateway a"})
 	const keyA = "sk-ant-team-a-SECRET-77"
 	t.Setenv("TEAMSTER_TEST_KEY_A", keyA)
 	r := newRig(t, e, func(s *claude.Settings) {
-		s.AuthProfiles = map[string]claude.AuthProfile{"team-a": {APIKeyEnv: "TEAMSTER_TEST_KEY_A"}, "team-b": {APIKeyEnv: "TEAMSTER_TEST_KEY_UNSET"}}
+		s.AuthProfiles = map[string]claude.AuthProfile{"team-a": {APIKeyEnv: "TEAMSTER_TEST_KEY_A"}, "team-b": {APIKeyEnv: "TEAMSTER_TEST_KEY_UNSET"},
+			"gw-a": {APIKeyEnv: "TEAMSTER_TEST_KEY_A", Gateways: []string{"gateway-a"}}}
 	})
 	a := attempt("agent:main:auth", "hello")
 	a.AuthProfileRef = "team-a"
@@ -335,9 +336,16 @@ func TestAuthProfiles(t *testing.T) {
 	if strings.Contains(r.logs.String(), keyA) {
 		t.Fatal("a log line contains team a's key")
 	}
-	for ref, want := range map[string]string{"team-c": "not configured", "team-b": "TEAMSTER_TEST_KEY_UNSET"} {
-		a := attempt("agent:main:auth-"+ref, "hello")
-		a.AuthProfileRef = ref
+	// A profile bound to a gateway serves that gateway's attempts only: to
+	// any other, and to the unnamed tenant, it is not configured; a
+	// gateway cannot name a profile bound to none.
+	for _, c := range []struct{ tenant, ref, want string }{
+		{"", "team-c", "not configured"}, {"", "team-b", "TEAMSTER_TEST_KEY_UNSET"},
+		{"gateway-b", "gw-a", "not configured"}, {"", "gw-a", "not configured"}, {"gateway-a", "team-a", "not configured"},
+	} {
+		ref, want := c.ref, c.want
+		a := attempt("agent:main:auth-"+ref+c.tenant, "hello")
+		a.AuthProfileRef, a.Tenant = ref, c.tenant
 		_, err := r.h.RunAttempt(t.Context(), &harness.Run{Attempt: a, Host: &recHost{}})
 		if te := wantCode(t, err, teamster.CodeHarnessFailed, teamster.SideEffectsNone); !strings.Contains(te.Message, want) {
 			t.Fatalf("profile %s: %q does not say %q", ref, te.Message, want)
@@ -345,6 +353,15 @@ func TestAuthProfiles(t *testing.T) {
 	}
 	if n := len(e.Requests()); n != 1 {
 		t.Fatalf("%d requests", n)
+	}
+	// The profile's own gateway spends its key.
+	a = attempt("agent:main:auth-gw", "hello")
+	a.AuthProfileRef, a.Tenant = "gw-a", "gateway-a"
+	if _, err := r.h.RunAttempt(t.Context(), &harness.Run{Attempt: a, Host: &recHost{}}); err != nil {
+		t.Fatalf("gateway-a names its own profile: %v", err)
+	}
+	if reqs := e.WaitRequests(t, 2); reqs[1].APIKey != keyA {
+		t.Fatal("gateway-a's turn did not use its profile's key")
 	}
 }
 

@@ -57,8 +57,10 @@ type settings struct {
 	// attempt without authProfileRef; default ANTHROPIC_API_KEY.
 	APIKeyEnv string `json:"apiKeyEnv,omitempty"`
 	// AuthProfiles resolve an attempt's authProfileRef: each names the
-	// worker variable holding that profile's key, and optionally its own
-	// base URL. An attempt naming a profile that is not here fails.
+	// worker variable holding that profile's key, optionally its own base
+	// URL, and the gateways (tenants) whose attempts may name it. An
+	// attempt naming a profile that is not here, or not its gateway's,
+	// fails the same way.
 	AuthProfiles map[string]authProfile `json:"authProfiles,omitempty"`
 	// Env are extra environment variables for the CLI. Their values are
 	// never logged. HOME and ANTHROPIC_API_KEY are not accepted here (the
@@ -85,6 +87,10 @@ type settings struct {
 type authProfile struct {
 	APIKeyEnv string `json:"apiKeyEnv"`
 	BaseURL   string `json:"baseUrl,omitempty"`
+	// Gateways are the tenants whose attempts may name the profile (and
+	// spend its key); a profile without gateways serves only the unnamed
+	// tenant (a fleet without gateway identities).
+	Gateways []string `json:"gateways,omitempty"`
 }
 
 // parseSettings reads a harness entry's settings (absent, null and {} are
@@ -247,10 +253,17 @@ type credentials struct {
 
 // credentialsFor resolves an attempt's authProfileRef ("" for the default)
 // to the key in the worker's environment.
-func (s *settings) credentialsFor(ref string) (credentials, error) {
+//
+// A profile is the tenant's own or, to the tenant, not configured: the
+// answer for another gateway's profile is the answer for a name nobody
+// configured.
+func (s *settings) credentialsFor(tenant, ref string) (credentials, error) {
 	c := credentials{keyEnv: s.APIKeyEnv, baseURL: s.BaseURL}
 	if ref != "" {
 		p, ok := s.AuthProfiles[ref]
+		if ok && (tenant == "" && len(p.Gateways) > 0 || tenant != "" && !slices.Contains(p.Gateways, tenant)) {
+			ok = false
+		}
 		if !ok {
 			return credentials{}, fmt.Errorf("the attempt's auth profile %.80q is not configured (harness setting authProfiles)", ref)
 		}

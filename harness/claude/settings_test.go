@@ -70,7 +70,7 @@ func TestEnvironIsAllowListed(t *testing.T) {
 	t.Setenv("ANTHROPIC_API_KEY", "the-workers-own-key")
 	t.Setenv("MY_KEY", "sk-profile")
 	s := settings{APIKeyEnv: "MY_KEY", BaseURL: "http://127.0.0.1:1", Env: map[string]string{"EXTRA": "1"}}
-	c, err := s.credentialsFor("")
+	c, err := s.credentialsFor("", "")
 	if err != nil {
 		t.Fatal(err)
 	}
