@@ -175,7 +175,7 @@ type driver struct {
 }
 
 func newDriver(f *fleet, run string, submitBound time.Duration) (*driver, error) {
-	d := &driver{f: f, t: newTracker(), run: run, replyPrefix: "chaos.reply." + run,
+	d := &driver{f: f, t: newTracker(), run: run, replyPrefix: "_INBOX.chaos." + run,
 		submitBound: submitBound}
 	sub, err := f.nc.Subscribe(d.replyPrefix+".>", d.onEvent)
 	if err != nil {
