@@ -74,7 +74,7 @@ role's daemons.`,
 	f.StringSliceVar(&spec.Gateways, "gateways", spec.Gateways, "gateway ids (each is also the gateway's host id)")
 	f.StringSliceVar(&spec.Delegates, "delegates", spec.Delegates, "delegates, each <pluginId>@<gatewayId>: a delegate plugin bound to the gateway whose sessions it continues")
 	f.StringSliceVar(&spec.Routers, "routers", spec.Routers, "router ids (each router's TEAMSTER_ROUTER_ID)")
-	f.StringSliceVar(&spec.Workers, "workers", spec.Workers, "worker ids (each worker config's workerId)")
+	f.StringSliceVar(&spec.Workers, "workers", spec.Workers, "workers, each <workerId>=<harnessId>+<harnessId> (its config's workerId and the ids of the harnesses it hosts, whose queues alone it may then fetch from); a bare <workerId> may fetch from every harness's")
 	f.StringSliceVar(&spec.Operators, "operators", spec.Operators, "operators' names")
 	f.StringSliceVar(&spec.NATSHosts, "nats-hosts", spec.NATSHosts, "NATS servers' host names, each gets a certificate")
 	f.StringSliceVar(&spec.RedisHosts, "redis-hosts", spec.RedisHosts, "Redis data nodes' and Sentinels' host names, each gets a certificate")

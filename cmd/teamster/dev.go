@@ -207,9 +207,14 @@ func startDev(ctx context.Context, log *logrus.Logger, o devOptions) (*devFleet,
 	}
 	natsOpts := bus.EmbeddedOptions{Port: o.natsPort, StoreDir: store} // as fleet.StartNATS starts it
 	if o.secure != "" {
+		// Each worker's credentials reach only the harnesses it hosts.
 		var ids []string
 		for _, c := range cfgs {
-			ids = append(ids, c.WorkerID)
+			hs := make([]string, len(c.Harnesses))
+			for i, h := range c.Harnesses {
+				hs[i] = h.ID
+			}
+			ids = append(ids, c.WorkerID+"="+strings.Join(hs, "+"))
 		}
 		if f.secure, err = newDevSecure(o.secure, o.gateways, ids); err != nil {
 			return f, err

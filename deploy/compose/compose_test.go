@@ -408,6 +408,18 @@ func TestWorkerConfigs(t *testing.T) {
 			}
 		}
 	}
+	// The credentials of each worker reach the queues of the harnesses its
+	// config hosts, exactly.
+	principals, err := credentials.ComposeSpec().Principals()
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted := map[string][]string{}
+	for _, p := range principals {
+		if p.Role == credentials.RoleWorker {
+			granted[p.Name] = p.Harnesses
+		}
+	}
 	ids := map[string]string{}
 	for _, f := range files {
 		b, err := os.ReadFile(f)
@@ -415,7 +427,10 @@ func TestWorkerConfigs(t *testing.T) {
 			t.Fatal(err)
 		}
 		var raw struct {
-			WorkerID string `json:"workerId"`
+			WorkerID  string `json:"workerId"`
+			Harnesses []struct {
+				ID string `json:"id"`
+			} `json:"harnesses"`
 		}
 		if err := json.Unmarshal(b, &raw); err != nil {
 			t.Errorf("%s is not JSON: %v", f, err)
@@ -430,6 +445,13 @@ func TestWorkerConfigs(t *testing.T) {
 			t.Errorf("%s and %s share workerId %q", prev, f, raw.WorkerID)
 		}
 		ids[raw.WorkerID] = f
+		var hosted []string
+		for _, h := range raw.Harnesses {
+			hosted = append(hosted, h.ID)
+		}
+		if g := granted[raw.WorkerID]; !slices.Equal(slices.Sorted(slices.Values(g)), slices.Sorted(slices.Values(hosted))) {
+			t.Errorf("%s hosts %v, but the compose credentials of %s reach the queues of %v", f, hosted, raw.WorkerID, g)
+		}
 		if n := mounted[filepath.Clean(f)]; n != 1 {
 			t.Errorf("%s is mounted by %d worker services, want 1", f, n)
 		}

@@ -101,6 +101,15 @@ var principalRules = []struct {
 			allow("$KV.TEAMSTER_WORKERS.worker-1"),
 			allow("$JS.API.CONSUMER.INFO.TEAMSTER_ATTEMPTS.harness_codex"),
 			allow("$JS.API.CONSUMER.MSG.NEXT.TEAMSTER_ATTEMPTS.harness_codex"),
+			allow("$JS.API.CONSUMER.MSG.NEXT.TEAMSTER_ATTEMPTS.harness_claude-cli"),
+			allow("$JS.ACK.TEAMSTER_ATTEMPTS.harness_codex.1.1.1.1700000000000000000.0"),
+			allow("$JS.ACK.dom.hash.TEAMSTER_ATTEMPTS.harness_codex.1.1.1.1700000000000000000.0"),
+			// Only the queues of the harnesses it hosts (codex, claude-cli):
+			// no fetch, ack or term of another harness's attempts.
+			deny("$JS.API.CONSUMER.MSG.NEXT.TEAMSTER_ATTEMPTS.harness_ghost"),
+			deny("$JS.API.CONSUMER.INFO.TEAMSTER_ATTEMPTS.harness_ghost"),
+			deny("$JS.ACK.TEAMSTER_ATTEMPTS.harness_ghost.1.1.1.1700000000000000000.0"),
+			deny("$JS.ACK.dom.hash.TEAMSTER_ATTEMPTS.harness_ghost.1.1.1.1700000000000000000.0"),
 			allow("$JS.API.DIRECT.GET.OBJ_TEAMSTER_NATIVE_STATE"),
 			// A worker never submits, in anyone's name.
 			deny("teamster.submit"),
@@ -143,6 +152,8 @@ var principalRules = []struct {
 			allow("teamster.worker.worker-1.run.a1.inject.gateway.gateway-1"),
 			allow("teamster.worker.worker-1.control"),
 			allowQueue("teamster.harness.codex.reset", bus.ConsumerName("codex")),
+			denyQueue("teamster.harness.ghost.reset", bus.ConsumerName("ghost")),
+			deny("teamster.harness.*.reset"),
 			allow("teamster.source.revoked"),
 			allow("_INBOX.worker.worker-1.>"),
 			deny("teamster.worker.worker-2.run.a1.inject"),
@@ -362,6 +373,7 @@ func TestALoosenedConfigFails(t *testing.T) {
 		{delegate, "subscribe", "_INBOX.delegate.>", `may subscribe "_INBOX.delegate.gateway-2.voice-call.>"`},
 		{worker1, "subscribe", "teamster.worker.*.run.>", `may subscribe "teamster.worker.worker-2.run.a1.inject"`},
 		{worker1, "publish", "$JS.API.CONSUMER.CREATE.>", `may publish "$JS.API.CONSUMER.CREATE.TEAMSTER_ATTEMPTS"`},
+		{worker1, "publish", "$JS.API.CONSUMER.MSG.NEXT.TEAMSTER_ATTEMPTS.*", `may publish "$JS.API.CONSUMER.MSG.NEXT.TEAMSTER_ATTEMPTS.harness_ghost"`},
 		{operator, "publish", "$JS.API.CONSUMER.>", `may publish "$JS.API.CONSUMER.CREATE.TEAMSTER_ATTEMPTS.evil.teamster.attempt.codex"`},
 	} {
 		t.Run(c.user+"+"+c.subject, func(t *testing.T) {

@@ -22,7 +22,11 @@ type Spec struct {
 	// gateway (tenant) whose sessions it continues.
 	Delegates []string
 	Routers   []string // router ids (TEAMSTER_ROUTER_ID)
-	Workers   []string // worker ids (the worker config's workerId)
+	// Workers are worker ids (the worker config's workerId), each with
+	// the harness ids it hosts, <workerId>=<harnessId>+<harnessId>: its
+	// permissions then reach only those harnesses' queues. A bare
+	// <workerId> reaches every harness's.
+	Workers   []string
 	Operators []string // operators' names
 	// NATSHosts and RedisHosts are the servers that get a certificate, each
 	// valid for its own name (plus localhost and 127.0.0.1).
@@ -39,7 +43,7 @@ func ComposeSpec() Spec {
 		Gateways:    []string{"gateway-1"},
 		Delegates:   []string{"voice-call@gateway-1"},
 		Routers:     []string{"router-1", "router-2"},
-		Workers:     []string{"worker-1", "worker-2", "worker-3"},
+		Workers:     []string{"worker-1=codex+claude-cli", "worker-2=codex+claude-cli", "worker-3=codex+claude-cli"},
 		Operators:   []string{"operator"},
 		NATSHosts:   []string{"nats-1", "nats-2", "nats-3"},
 		RedisHosts:  []string{"redis-1", "redis-2", "redis-3", "sentinel-1", "sentinel-2", "sentinel-3"},
@@ -61,6 +65,14 @@ func (s Spec) Principals() ([]Principal, error) {
 		seen := map[string]bool{}
 		for _, n := range r.names {
 			p := Principal{Role: r.role, Name: n}
+			if name, hs, ok := strings.Cut(n, "="); r.role == RoleWorker && ok {
+				p.Name, p.Harnesses = name, strings.Split(hs, "+")
+				for _, id := range p.Harnesses {
+					if err := bus.CheckID("worker "+name+"'s harness", id); err != nil {
+						return nil, err
+					}
+				}
+			}
 			if r.role == RoleDelegate {
 				var ok bool
 				if p.Name, p.Gateway, ok = strings.Cut(n, "@"); !ok {
@@ -73,10 +85,10 @@ func (s Spec) Principals() ([]Principal, error) {
 			if err := bus.CheckID(r.role, p.Name); err != nil {
 				return nil, err
 			}
-			if seen[n] {
+			if seen[p.ID()] {
 				return nil, fmt.Errorf("%s %q is named twice", r.role, n)
 			}
-			seen[n] = true
+			seen[p.ID()] = true
 			out = append(out, p)
 		}
 	}

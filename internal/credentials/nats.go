@@ -31,6 +31,9 @@ type Principal struct {
 	// Gateway is the gateway a delegate is bound to: the tenant whose
 	// sessions it continues (delegates only).
 	Gateway string
+	// Harnesses are the harness ids a worker hosts: its permissions reach
+	// only their queues (consumers, acks, resets). None: every harness's.
+	Harnesses []string
 }
 
 // ID is the principal's file name stem and NATS connection name,
@@ -165,23 +168,36 @@ func PermissionsOf(p Principal) Permissions {
 			ResponsesMax:   1, ResponsesExpire: "2m",
 		}
 	case RoleWorker:
+		// The queues it may fetch from, ack on and hear resets of: those
+		// of the harnesses it hosts (every harness's when none are named).
+		consumers, resets := []string{"*"}, []string{"teamster.harness.*.reset"}
+		if len(p.Harnesses) > 0 {
+			consumers, resets = nil, nil
+			for _, h := range p.Harnesses {
+				consumers = append(consumers, bus.ConsumerName(h))
+				resets = append(resets, "teamster.harness."+h+".reset "+bus.ConsumerName(h))
+			}
+		}
 		pub := []string{
 			"teamster.result.>",
 			"teamster.host.>",
 			"_INBOX.>", // events to replyTo, answers to relayed requests and control
 			"$KV." + bus.BucketWorkers + "." + p.Name,
-			// Ack and nak of fetched attempts, in the v1 ack format and the
-			// v2 one ($JS.ACK.<domain>.<account hash>.<stream>...).
-			"$JS.ACK." + bus.StreamAttempts + ".>",
-			"$JS.ACK.*.*." + bus.StreamAttempts + ".>",
 			"$JS.API.INFO",
 			"$JS.API.STREAM.INFO." + bus.StreamAttempts,
-			"$JS.API.CONSUMER.INFO." + bus.StreamAttempts + ".*",
-			"$JS.API.CONSUMER.MSG.NEXT." + bus.StreamAttempts + ".*",
 			// Sessions' native state: objects put (chunks and metadata),
 			// read by direct get, deleted (a purge of their chunks).
 			"$O." + bus.BucketNativeState + ".>",
 			"$JS.API.STREAM.PURGE.OBJ_" + bus.BucketNativeState,
+		}
+		for _, c := range consumers {
+			pub = append(pub,
+				// Ack and nak of fetched attempts, in the v1 ack format
+				// and the v2 one ($JS.ACK.<domain>.<account hash>.<stream>...).
+				"$JS.ACK."+bus.StreamAttempts+"."+c+".>",
+				"$JS.ACK.*.*."+bus.StreamAttempts+"."+c+".>",
+				"$JS.API.CONSUMER.INFO."+bus.StreamAttempts+"."+c,
+				"$JS.API.CONSUMER.MSG.NEXT."+bus.StreamAttempts+"."+c)
 		}
 		pub = append(pub, jsRead(bus.StreamResults)...)
 		pub = append(pub, jsRead("KV_"+bus.BucketWorkers)...)
@@ -192,12 +208,10 @@ func PermissionsOf(p Principal) Permissions {
 				"teamster.source.>", "teamster.attempt.>", "teamster.run.>", "teamster.harness.>", "teamster.worker.>",
 				"$JS.API.STREAM.CREATE.>", "$JS.API.STREAM.UPDATE.>", "$JS.API.STREAM.DELETE.>",
 				"$JS.API.CONSUMER.CREATE.>", "$JS.API.CONSUMER.DURABLE.>", "$JS.API.CONSUMER.DELETE.>"},
-			SubscribeAllow: []string{
-				"teamster.worker." + p.Name + ".>", // its control subject and its runs' inject and cancel
-				"teamster.harness.*.reset",
+			SubscribeAllow: append(resets,
+				"teamster.worker."+p.Name+".>", // its control subject and its runs' inject and cancel
 				"teamster.source.revoked",
-				inbox,
-			},
+				inbox),
 		}
 	case RoleOperator:
 		pub := []string{
