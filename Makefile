@@ -16,7 +16,7 @@ LDFLAGS   := -X github.com/teamster-fleet/teamster/internal/cmdutil.version=$(VE
 RACE_PKGS ?= ./...
 GOTESTFLAGS ?=
 
-.PHONY: all deps deps-core deps-redis demo-build compose-credentials build test test-short lint fmt vet demo bench chaos fuzz clean
+.PHONY: all deps deps-core deps-redis demo-build compose-credentials build test test-tail test-short lint fmt vet demo bench chaos fuzz clean
 
 all: build
 
@@ -75,8 +75,21 @@ lint:
 ## OpenClaw plugin's tests (unit, and end to end with the real OpenClaw).
 test: deps lint
 	$(GO) test -race -count=1 -timeout 15m $(GOTESTFLAGS) $(RACE_PKGS)
-	$(GO) run ./chaos -short
-	integrations/openclaw/scripts/test.sh
+	@$(MAKE) --no-print-directory test-tail
+
+## test-tail: the chaos suite's CI subset and the OpenClaw plugin's tests,
+## side by side: both mostly wait on the real servers and processes they
+## start (each on its own free ports), so together they take about as long
+## as the longer one. Each one's output is printed whole once both ended;
+## it fails when either failed.
+test-tail:
+	@d=$$(mktemp -d); \
+	$(GO) run ./chaos -short >$$d/chaos.log 2>&1 & c=$$!; \
+	integrations/openclaw/scripts/test.sh >$$d/plugin.log 2>&1 & p=$$!; \
+	wait $$c; cs=$$?; wait $$p; ps=$$?; \
+	echo "== go run ./chaos -short (exit $$cs)"; cat $$d/chaos.log; \
+	echo "== integrations/openclaw/scripts/test.sh (exit $$ps)"; cat $$d/plugin.log; \
+	rm -rf $$d; test $$cs -eq 0 && test $$ps -eq 0
 
 ## chaos: the reliability suite: real router, worker, redis-server and
 ## nats-server processes under kill -9, SIGSTOP, restarts, partitions (a TCP
