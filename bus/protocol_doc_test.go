@@ -66,6 +66,7 @@ var subjectBuilders = map[string]func() (string, error){
 	"Identified":            func() (string, error) { return Identified(SubjectInject, ph("gatewayId")) },
 	"IdentifiedPattern":     nil, // the subscription of what Identified builds
 	"SplitIdentified":       nil, // parses what Identified builds
+	"SenderInbox":           nil, // InboxPrefix's and DelegateInboxPrefix's prefixes, chosen by sender
 	"DelegateInboxPrefix":   func() (string, error) { return DelegateInboxPrefix(ph("gatewayId"), ph("pluginId")), nil },
 	"SubmitDelegateSubject": func() (string, error) { return SubmitDelegateSubject(ph("pluginId")) },
 	"RunInjectSubject":      func() (string, error) { return RunInjectSubject(ph("attemptId")) },
@@ -76,7 +77,6 @@ var subjectBuilders = map[string]func() (string, error){
 		return WorkerRunSubject(ph("workerId"), teamster.Scope(ph("gatewayId"), ph("attemptId")), "inject")
 	},
 	"InboxPrefix":          func() (string, error) { return InboxPrefix("gateway", ph("name")) },
-	"GatewayFromSubject":   nil, // parses what SubmitGatewaySubject builds
 	"RunOf":                nil, // parses what RunInjectSubject and RunCancelSubject build
 	"SessionOpSubject":     func() (string, error) { return SessionOpSubject(SessionCreate) },
 	"HostSubject":          func() (string, error) { return HostSubject(ph("hostId"), ph("attemptId"), HostCallTool) },

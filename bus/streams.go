@@ -67,8 +67,8 @@ func ResultsStreamConfig(o StreamOptions) jetstream.StreamConfig {
 		MaxAge:               ResultsMaxAge,
 		Duplicates:           DuplicateWindow,
 		// Results are read by direct get of their subject
-		// ($JS.API.DIRECT.GET.TEAMSTER_RESULTS.<subject>), which a
-		// gateway's permissions allow under its own prefix only.
+		// ($JS.API.DIRECT.GET.TEAMSTER_RESULTS.<subject>): routers,
+		// workers and the operator's CLI; gateways ask the routers.
 		AllowDirect: true,
 		MaxMsgSize:  MaxBody * 2,
 		Replicas:    replicas(o),
@@ -333,9 +333,8 @@ func GetResultBody(ctx context.Context, js jetstream.JetStream, scopedID string)
 }
 
 // getResultMsg reads the one message of a results subject by a direct get
-// that names the subject in the request's own subject, the one read a
-// gateway's permissions allow (its own prefix only; the server refuses a
-// body asking for a sequence or another subject on that form).
+// that names the subject in the request's own subject (no stream info first:
+// one round trip, and no read wider than that subject).
 func getResultMsg(ctx context.Context, js jetstream.JetStream, subj string) ([]byte, error) {
 	m, err := js.Conn().RequestWithContext(ctx, "$JS.API.DIRECT.GET."+StreamResults+"."+subj, nil)
 	if err != nil {

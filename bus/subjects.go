@@ -47,9 +47,6 @@ func CheckID(field, s string) error {
 const (
 	SubjectSubmit          = "teamster.submit"
 	SubjectSubmitDelegates = "teamster.submit.delegate.*"
-	// SubjectSubmitGateways is every gateway's identity-bound submit
-	// subject, teamster.submit.gateway.<gatewayId>.
-	SubjectSubmitGateways = "teamster.submit.gateway.*"
 	// SubjectRunInjects and SubjectRunCancels are a running attempt's
 	// gateway-facing subjects, served by the routers, which relay each
 	// request to the worker running the attempt
@@ -239,12 +236,6 @@ func SubmitGatewaySubject(gatewayID string) (string, error) {
 	return prefixSubmitGateway + gatewayID, nil
 }
 
-// GatewayFromSubject returns the gateway id of a
-// teamster.submit.gateway.<gatewayId> subject, or an invalid_request error.
-func GatewayFromSubject(subject string) (string, error) {
-	return tokenAfter(subject, prefixSubmitGateway, "gatewayId")
-}
-
 // RunInjectSubject is teamster.run.<attemptId>.inject.
 func RunInjectSubject(attemptID string) (string, error) {
 	if err := CheckID("attemptId", attemptID); err != nil {
@@ -321,17 +312,37 @@ func DelegateInboxPrefix(gatewayID, pluginID string) string {
 	return "_INBOX.delegate." + gatewayID + "." + pluginID
 }
 
+// SenderInbox is the inbox every reply subject of a sender lies under:
+// _INBOX.gateway.<gatewayId> for a gateway, DelegateInboxPrefix for a
+// delegate bound to it, _INBOX for the unnamed tenant (tenant "").
+func SenderInbox(tenant, delegate string) string {
+	switch {
+	case tenant == "":
+		return "_INBOX"
+	case delegate != "":
+		return DelegateInboxPrefix(tenant, delegate)
+	default:
+		return "_INBOX.gateway." + tenant
+	}
+}
+
+// Under reports whether subject lies under prefix: prefix, a dot, and at
+// least one more token.
+func Under(prefix, subject string) bool {
+	return len(subject) > len(prefix)+1 && subject[len(prefix)] == '.' && strings.HasPrefix(subject, prefix)
+}
+
 // ReplyToAllowed reports whether events of tenant's attempt may be sent to
-// replyTo: a subject under _INBOX. and, for a gateway's attempt, under that
-// gateway's inbox or one of its delegates' (_INBOX.gateway.<id>.,
-// _INBOX.delegate.<id>.). Routers refuse any other replyTo at submit, and
-// workers send nothing anywhere else, so that no submitter can make the fleet
-// publish on another's inbox or on a fleet subject.
+// replyTo: under the inbox of the tenant's gateway or of one of its
+// delegates (SenderInbox; _INBOX for the unnamed tenant). Routers refuse any
+// other replyTo at submit, and workers send nothing anywhere else, so that
+// no submitter can make the fleet publish on another's inbox or on a fleet
+// subject.
 func ReplyToAllowed(tenant, replyTo string) bool {
 	if tenant == "" {
-		return strings.HasPrefix(replyTo, "_INBOX.")
+		return Under("_INBOX", replyTo)
 	}
-	return strings.HasPrefix(replyTo, "_INBOX.gateway."+tenant+".") || strings.HasPrefix(replyTo, "_INBOX.delegate."+tenant+".")
+	return Under(SenderInbox(tenant, ""), replyTo) || Under("_INBOX.delegate."+tenant, replyTo)
 }
 
 // SessionOpSubject is teamster.session.<op>.

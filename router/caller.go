@@ -1,8 +1,6 @@
 package router
 
 import (
-	"strings"
-
 	"github.com/nats-io/nats.go"
 	"github.com/sirupsen/logrus"
 
@@ -26,22 +24,10 @@ type caller struct {
 // sends no event, anywhere else: a sender cannot make the fleet publish on
 // another tenant's inbox or on a fleet subject (a result, an attempt, a
 // registry entry).
-func (c caller) inbox() string {
-	switch {
-	case c.tenant == "":
-		return "_INBOX"
-	case c.delegate != "":
-		return bus.DelegateInboxPrefix(c.tenant, c.delegate)
-	default:
-		return "_INBOX.gateway." + c.tenant
-	}
-}
+func (c caller) inbox() string { return bus.SenderInbox(c.tenant, c.delegate) }
 
 // allows reports whether subject lies under the caller's inbox.
-func (c caller) allows(subject string) bool {
-	p := c.inbox()
-	return len(subject) > len(p)+1 && strings.HasPrefix(subject, p) && subject[len(p)] == '.'
-}
+func (c caller) allows(subject string) bool { return bus.Under(c.inbox(), subject) }
 
 // scope is name in the caller's namespace (teamster.Scope).
 func (c caller) scope(name string) string { return teamster.Scope(c.tenant, name) }

@@ -77,6 +77,8 @@ func (r *Router) submit(m *nats.Msg, c caller) {
 	if !given {
 		a.AttemptID = ulid.Make().String()
 	}
+	// The attempt's names in its tenant's namespace, built once.
+	sk, id := a.ScopedSessionKey(), a.ScopedID()
 	// The attempt's log fields are built only when something is logged: an
 	// accepted submit logs nothing below debug level.
 	log := func() logrus.FieldLogger { return r.attemptLog(a, c) }
@@ -143,7 +145,7 @@ func (r *Router) submit(m *nats.Msg, c caller) {
 		tries++
 		var aerr error
 		acc, aerr = r.store.Accept(ctx, leases.AcceptArgs{
-			SessionKey: a.ScopedSessionKey(), AttemptID: a.ScopedID(), Digest: digest, HarnessID: d.HarnessID, ReplyTo: a.ReplyTo,
+			SessionKey: sk, AttemptID: id, Digest: digest, HarnessID: d.HarnessID, ReplyTo: a.ReplyTo,
 			QueueTimeout: a.QueueTimeout(), RunBudget: a.Timeout() + a.SettlementTimeout(), Reply: replyBody,
 		})
 		if errors.Is(aerr, leases.ErrAttemptIDTaken) || errors.Is(aerr, leases.ErrAttemptReused) {
@@ -160,7 +162,7 @@ func (r *Router) submit(m *nats.Msg, c caller) {
 		// The reply says nothing was recorded: make it so, in case a try
 		// ran without its reply arriving.
 		uctx, ucancel := context.WithTimeout(context.Background(), submitTimeout)
-		_, _ = r.store.Unaccept(uctx, a.ScopedSessionKey(), a.ScopedID())
+		_, _ = r.store.Unaccept(uctx, sk, id)
 		ucancel()
 		log().WithField("tries", tries).Error("submit failed: record the attempt: " + err.Error())
 		r.replySubmit(m, rejectedInternal(a.AttemptID, "the fleet could not record the attempt"))
@@ -173,9 +175,9 @@ func (r *Router) submit(m *nats.Msg, c caller) {
 		r.resubmitted(ctx, m, a, acc, delegate, log)
 		return
 	}
-	if err := r.publishAttempt(d.HarnessID, a.ScopedID(), attemptBody, delegate, log); err != nil {
+	if err := r.publishAttempt(d.HarnessID, id, attemptBody, delegate, log); err != nil {
 		log().Error("submit failed: publish: " + err.Error())
-		ok, uerr := r.store.Unaccept(context.Background(), a.ScopedSessionKey(), a.ScopedID())
+		ok, uerr := r.store.Unaccept(context.Background(), sk, id)
 		switch {
 		case uerr == nil && !ok:
 			// No longer queued: a try did reach the stream (only its

@@ -212,12 +212,7 @@ type shippedFleet struct {
 // permissions violation.
 func startFleet(ctx context.Context, t *testing.T, s *shipped) *shippedFleet {
 	t.Helper()
-	rd := testenv.NewRedis(t)
-	newRedis := func() *redis.Client {
-		c := redis.NewClient(&redis.Options{Addr: rd.Addr()})
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
+	newRedis := redisClients(t)
 	log := logrus.New()
 	log.SetOutput(io.Discard)
 
@@ -381,12 +376,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 // harnesses' consumers.
 func TestWorkerStartsFirst(t *testing.T) {
 	s := startShipped(t)
-	rd := testenv.NewRedis(t)
-	newRedis := func() *redis.Client {
-		c := redis.NewClient(&redis.Options{Addr: rd.Addr()})
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
+	newRedis := redisClients(t)
 	log := logrus.New()
 	log.SetOutput(io.Discard)
 	cfg, err := worker.LoadConfig("worker-3.json")
@@ -423,4 +413,16 @@ func TestWorkerStartsFirst(t *testing.T) {
 		t.Errorf("drain: %v", err)
 	}
 	noViolations(t, wp, rp)
+}
+
+// redisClients starts a redis-server for the test and returns a maker of
+// clients of it, each closed when the test ends.
+func redisClients(t *testing.T) func() *redis.Client {
+	t.Helper()
+	rd := testenv.NewRedis(t)
+	return func() *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: rd.Addr()})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
 }

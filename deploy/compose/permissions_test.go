@@ -511,7 +511,7 @@ func TestRequestReply(t *testing.T) {
 		login(t, s, delegate), login(t, s, worker1), login(t, s, operator)
 
 	echo := func(m *nats.Msg) { _ = m.Respond(append([]byte("re:"), m.Data...)) }
-	for _, subj := range []string{bus.SubjectSubmitGateways, bus.IdentifiedPattern(bus.SubjectSubmitDelegates)} {
+	for _, subj := range []string{bus.IdentifiedPattern(bus.SubjectSubmit), bus.IdentifiedPattern(bus.SubjectSubmitDelegates)} {
 		if _, err := router.nc.QueueSubscribe(subj, bus.QueueRouters, echo); err != nil {
 			t.Fatal(err)
 		}

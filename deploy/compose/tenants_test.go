@@ -74,7 +74,8 @@ func TestTenantIsolation(t *testing.T) {
 	if err := ca.GrantSource(ctx, source, 5); err != nil {
 		t.Fatal(err)
 	}
-	t1 := submit(ctx, t, ca, tenantAttempt(session, `{"script":[{"say":"`+secretA+`"},{"tool":{"name":"lookup","args":{"q":"`+secretA+`"}}}]}`))
+	a1 := tenantAttempt(session, `{"script":[{"say":"`+secretA+`"},{"tool":{"name":"lookup","args":{"q":"`+secretA+`"}}}]}`)
+	t1 := submit(ctx, t, ca, a1)
 	if res := waitResult(ctx, t, t1); res.Status != teamster.StatusOK {
 		t.Fatalf("A's first turn: %+v", res)
 	}
@@ -226,11 +227,12 @@ func TestTenantIsolation(t *testing.T) {
 	// replyTo at them is refused.
 	targets := []string{"_INBOX.gateway.gateway-1.aimed", "teamster.result.gateway-1." + t2.AttemptID(),
 		"teamster.attempt.codex", "$KV.TEAMSTER_ROUTERS.evil", "teamster.worker.worker-1.control"}
+	const dropped = "dropped-by-the-router"
 	for _, plain := range []string{bus.SubjectSubmit, bus.SubjectInject, "teamster.session.reset", bus.SubjectSourceGrant,
 		bus.SubjectSourceRevoke, "teamster.run." + t2.AttemptID() + ".cancel", "teamster.run." + t2.AttemptID() + ".inject"} {
 		subj, _ := bus.Identified(plain, "gateway-2")
 		for _, reply := range targets {
-			body := `{"v":1,"sessionKey":"` + session + `","sessionId":"x","agentId":"main","provider":"openai","modelId":"m","prompt":"` + markB + `","id":"` + source + `","generation":1,"text":"` + markB + `","authorityKind":"run"}`
+			body := `{"v":1,"sessionKey":"` + dropped + `","sessionId":"x","agentId":"main","provider":"openai","modelId":"m","prompt":"` + markB + `","id":"` + source + `","generation":1,"text":"` + markB + `","authorityKind":"run"}`
 			if err := b.nc.PublishMsg(&nats.Msg{Subject: subj, Reply: reply, Data: []byte(body)}); err != nil {
 				t.Fatal(err)
 			}
@@ -242,6 +244,10 @@ func TestTenantIsolation(t *testing.T) {
 		if _, err := cb.Submit(ctx, at); teamster.CodeOf(err) != teamster.CodeInvalidRequest {
 			t.Errorf("B's submit with replyTo %s: %v, want invalid_request", replyTo, err)
 		}
+	}
+	// A dropped request changed nothing: not even B's own session has a key.
+	if keys, err := rdb.Keys(ctx, "teamster:{"+leases.Tag(teamster.Scope("gateway-2", dropped))+"}:*").Result(); err != nil || len(keys) > 0 {
+		t.Errorf("requests the routers dropped left keys %v (%v)", keys, err)
 	}
 	// Nor can B publish there itself.
 	for _, subj := range targets {
@@ -268,13 +274,26 @@ func TestTenantIsolation(t *testing.T) {
 	if got, err := bus.GetResultBody(ctx, jsOf(t, rp.nc), teamster.Scope("gateway-1", t1.AttemptID())); err != nil || string(got) != string(resultA1) {
 		t.Errorf("A's stored result changed: %s (%v), was %s", got, err, resultA1)
 	}
-	// A's next turn continues A's thread: no reset, delete or patch of B's
-	// reached A's record.
+	// A resubmit of A's finished first turn is answered from its record
+	// and runs nothing (never replayed). Then two turns of A's session,
+	// submitted together, run one at a time and in order, continuing A's
+	// thread (no reset, delete or patch of B's reached A's record): each
+	// turn reads the binding the one before wrote under the session's
+	// lease, so their bindings count turns 3 and 4.
+	again := *a1
+	again.AttemptID = t1.AttemptID()
+	submit(ctx, t, ca, &again) // fails the test unless accepted
 	t3 := submit(ctx, t, ca, tenantAttempt(session, "third"))
-	res3 := waitResult(ctx, t, t3)
-	var binding struct{ Turns int }
-	if err := json.Unmarshal(res3.NativeSession, &binding); err != nil || binding.Turns != 3 || res3.Status != teamster.StatusOK {
-		t.Errorf("A's third turn: %+v (binding %s), want the third turn of A's thread", res3, res3.NativeSession)
+	t4 := submit(ctx, t, ca, tenantAttempt(session, "fourth"))
+	for i, h := range []*client.Handle{t3, t4} {
+		res := waitResult(ctx, t, h)
+		var binding struct{ Turns int }
+		if err := json.Unmarshal(res.NativeSession, &binding); err != nil || binding.Turns != 3+i || res.Status != teamster.StatusOK {
+			t.Errorf("A's turn %d: %+v (binding %s), want turn %d of A's thread", 3+i, res, res.NativeSession, 3+i)
+		}
+	}
+	if got, err := bus.GetResultBody(ctx, jsOf(t, rp.nc), teamster.Scope("gateway-1", t1.AttemptID())); err != nil || string(got) != string(resultA1) {
+		t.Errorf("A's resubmitted turn's stored result changed: %s (%v), was %s", got, err, resultA1)
 	}
 	now := hgetall(ctx, t, rdb, sessionKeyA)
 	for _, f := range []string{"sessionKey", "sessionId", "storePath", "agentId", "modelSelectionLocked", "agentHarnessId", "archived"} {
